@@ -1,0 +1,131 @@
+"""The error tree shared by the service, the client and the CLI.
+
+    AkkaError                      code             HTTP
+    ├── InvalidRequest             invalid          400
+    │   └── PlanRefused            plan-refused     422  (carries every problem at once)
+    ├── Unauthorized               unauthorized     401
+    ├── Forbidden                  forbidden        403
+    ├── NotFound                   not-found        404
+    ├── Conflict                   conflict         409
+    ├── PayloadTooLarge            too-large        413
+    ├── ServiceUnavailable         unavailable      503
+    └── TrainerUnreachable         unreachable      --   (raised by the client only)
+
+The service turns any `AkkaError` into one JSON shape, ``{"error": {"code", "message",
+"problems"}}``; the client rebuilds the same exception from the code; the CLI prints the message
+and exits 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a submission: the field it concerns and what to do instead."""
+
+    field: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"field": self.field, "message": self.message}
+
+
+class AkkaError(Exception):
+    code: ClassVar[str] = "error"
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str, problems: list[Problem] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.problems = list(problems or [])
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.problems:
+            body["problems"] = [p.to_json() for p in self.problems]
+        return {"error": body}
+
+
+class InvalidRequest(AkkaError):
+    code = "invalid"
+    status = 400
+
+
+class PlanRefused(InvalidRequest):
+    code = "plan-refused"
+    status = 422
+
+    def __init__(self, problems: list[Problem], what: str = "plan") -> None:
+        lines = "\n".join(f"  - {p.message}" for p in problems)
+        noun = "problem" if len(problems) == 1 else "problems"
+        super().__init__(f"The {what} was refused ({len(problems)} {noun}):\n{lines}", problems)
+
+
+class Unauthorized(AkkaError):
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(AkkaError):
+    code = "forbidden"
+    status = 403
+
+
+class NotFound(AkkaError):
+    code = "not-found"
+    status = 404
+
+
+class Conflict(AkkaError):
+    code = "conflict"
+    status = 409
+
+
+class PayloadTooLarge(AkkaError):
+    code = "too-large"
+    status = 413
+
+
+class ServiceUnavailable(AkkaError):
+    code = "unavailable"
+    status = 503
+
+
+class TrainerUnreachable(AkkaError):
+    code = "unreachable"
+    status = 0
+
+
+_BY_CODE: dict[str, type[AkkaError]] = {
+    cls.code: cls
+    for cls in (
+        AkkaError,
+        InvalidRequest,
+        PlanRefused,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        Conflict,
+        PayloadTooLarge,
+        ServiceUnavailable,
+        TrainerUnreachable,
+    )
+}
+
+
+def error_from_json(body: dict[str, Any], status: int) -> AkkaError:
+    """Rebuild the exception the service raised from its JSON body."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        return AkkaError(f"The trainer answered HTTP {status} without an error body.")
+    problems = [Problem(p.get("field", ""), p.get("message", "")) for p in err.get("problems", [])]
+    cls = _BY_CODE.get(str(err.get("code")), AkkaError)
+    message = str(err.get("message", f"HTTP {status}"))
+    if cls is PlanRefused:
+        exc: AkkaError = AkkaError.__new__(PlanRefused)
+        AkkaError.__init__(exc, message, problems)
+        return exc
+    return cls(message, problems)

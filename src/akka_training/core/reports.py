@@ -1,0 +1,96 @@
+"""What a training job reports to the service, and what the service answers.
+
+A job posts each report to ``/v1/jobs/{run}/attempts/{attempt}/{kind}`` with the token of its
+attempt. Every answer is a `Directive`: the job keeps training, saves a snapshot and stops (a
+pause with ``--checkpoint save``), or stops at once (a cancel, or a pause at the latest
+snapshot). A report for an attempt that is no longer the run's current one is refused with 409,
+and the job stops.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from akka_training.core.plans import PlanModel
+
+Action = Literal["continue", "save-and-stop", "stop"]
+
+
+class Gpu(PlanModel):
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+
+
+class Placement(PlanModel):
+    host: str
+    pid: int
+    pod: str | None = None
+    node: str | None = None
+    gpus: list[Gpu] = Field(default_factory=list)
+
+
+class StartedReport(PlanModel):
+    placement: Placement
+
+
+class TrainingReport(PlanModel):
+    """The job finished loading and tokenising and is about to run its first step."""
+
+    total_steps: int | None = None
+    data_fit: dict[str, Any] | None = None
+    adapter_modules: list[str] = Field(default_factory=list)
+
+
+class StepReport(PlanModel):
+    step: int = Field(ge=1)
+    total_steps: int | None = None
+    # Flat figures by name (loss, reward, learning_rate, tokens, timing/..., memory/...).
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class SnapshotReport(PlanModel):
+    name: str
+    step: int = Field(ge=0)
+    weights: str
+    training_state: str | None = None
+
+
+class RolloutsReport(PlanModel):
+    """One step's rollouts, written by the job to the blob store as one file."""
+
+    step: int = Field(ge=1)
+    blob: str
+    count: int = Field(ge=0)
+    best_score: float | None = None
+    worst_score: float | None = None
+
+
+class HeartbeatReport(PlanModel):
+    step: int | None = None
+    # Set by the job's watchdog when steps stopped completing: where the dump lies.
+    stall_dump: str | None = None
+
+
+class FinishedReport(PlanModel):
+    adapter: str
+    step: int = Field(ge=0)
+    adapter_modules: list[str] = Field(default_factory=list)
+    summary: dict[str, Any] = Field(default_factory=dict)
+
+
+class StoppedReport(PlanModel):
+    """The job stopped because it was told to (save-and-stop or stop)."""
+
+    step: int = Field(ge=0)
+
+
+class FailedReport(PlanModel):
+    code: str  # a FailureReason value
+    detail: str | None = None
+
+
+class Directive(PlanModel):
+    action: Action = "continue"

@@ -1,0 +1,90 @@
+"""The resolved plan: what a run trains under, with every default filled and every reference
+pinned. `runs start --dry-run --show-resolved` prints it, `runs get` shows it, and the job
+receives it unchanged inside its `JobSpec`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from akka_training.core.catalog import Modality
+from akka_training.core.plans import Execution, PlanModel, RunConfig
+
+
+class DatasetPin(PlanModel):
+    ref: str  # as the plan wrote it
+    name: str  # PROJECT/NAME
+    version: int
+    sha256: str
+    rows: int
+    bytes: int
+    format: Literal["chat", "prompt-completion"]
+    has_images: bool
+    blob: str  # key in the blob store
+
+
+class BaseModelPin(PlanModel):
+    id: str
+    path: str
+    revision: str | None
+    modality: Modality
+    context_length: int
+
+
+class SourcePin(PlanModel):
+    """The adapter (and for a continuation the training state) a run starts from."""
+
+    kind: Literal["warm-start", "branch", "continue"]
+    run: str
+    snapshot: str | None
+    step: int
+    weights: str  # blob key of the PEFT adapter directory
+    training_state: str | None = None  # blob key, only for a continuation
+    lora_rank: int | None = None
+    lora_alpha: float | None = None
+
+
+class Settings(PlanModel):
+    project: str
+    method: Literal["sft", "grpo", "gspo"]
+    engine: Literal["trl", "verl"]
+    base_model: BaseModelPin
+    dataset: DatasetPin
+    eval_dataset: DatasetPin | None = None
+    source: SourcePin | None = None
+    config: RunConfig
+    execution: Execution
+
+
+class ResumePoint(PlanModel):
+    """The snapshot a new attempt of the same run restarts from."""
+
+    snapshot: str
+    step: int
+    weights: str
+    training_state: str
+
+
+class Telemetry(PlanModel):
+    collector_endpoint: str | None = None
+    traceparent: str | None = None
+    stall_seconds: float = 600.0
+
+
+class JobSpec(PlanModel):
+    """Everything a training job is started with, written to `job.json` beside it. The job's
+    token travels in the environment (``AKKA_JOB_TOKEN``), never in this file."""
+
+    run_id: str
+    attempt: int
+    project: str
+    pipeline: str | None = None
+    stage: str | None = None
+    trainer_url: str
+    storage_url: str
+    settings: Settings
+    resume: ResumePoint | None = None
+    telemetry: Telemetry = Field(default_factory=Telemetry)
+    # Steps to train in total (known after tokenising only for sft; None until then).
+    max_steps: int | None = None
