@@ -65,13 +65,9 @@ class CatalogModel(PlanModel):
         ]
 
     def qualified_gpus(self, method: str, engine: str, image_text_rl: bool) -> list[int]:
-        return sorted(
-            {e.gpus for e in self.admitted(engine, image_text_rl) if e.method == method}
-        )
+        return sorted({e.gpus for e in self.admitted(engine, image_text_rl) if e.method == method})
 
-    def envelope(
-        self, method: str, engine: str, gpus: int, image_text_rl: bool
-    ) -> Envelope | None:
+    def envelope(self, method: str, engine: str, gpus: int, image_text_rl: bool) -> Envelope | None:
         for e in self.admitted(engine, image_text_rl):
             if e.method == method and e.gpus == gpus:
                 return e

@@ -35,9 +35,7 @@ class FailureReason(StrEnum):
 
 
 _SENTENCES: dict[FailureReason, str] = {
-    FailureReason.JOB_START_FAILED: (
-        "this run's job could not be started on the training cluster"
-    ),
+    FailureReason.JOB_START_FAILED: ("this run's job could not be started on the training cluster"),
     FailureReason.CLUSTER_UNREACHABLE: (
         "the training cluster could not be reached while this run waited for its devices"
     ),

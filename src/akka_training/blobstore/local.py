@@ -1,0 +1,91 @@
+"""A blob store in a local directory (the embedded default)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import BinaryIO
+
+from akka_training.blobstore.base import BlobStore, BlobWriter
+
+
+class _LocalWriter(BlobWriter):
+    def __init__(self, dest: Path, tmp_dir: Path) -> None:
+        self._dest = dest
+        fd, name = tempfile.mkstemp(prefix=".part-", dir=tmp_dir)
+        self._tmp = Path(name)
+        self._file = os.fdopen(fd, "wb")
+        self._done = False
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+
+    def commit(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self._tmp, self._dest)
+        self._done = True
+
+    def abort(self) -> None:
+        if self._done:
+            return
+        self._file.close()
+        self._tmp.unlink(missing_ok=True)
+        self._done = True
+
+
+class LocalBlobStore(BlobStore):
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.url = f"file://{self.root}"
+        self._tmp = self.root / ".tmp"
+        self._tmp.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        key = key.strip("/")
+        path = (self.root / key).resolve()
+        if key.startswith(".tmp") or not path.is_relative_to(self.root) or path == self.root:
+            raise ValueError(f"blob key {key!r} leaves the store")
+        return path
+
+    def writer(self, key: str) -> BlobWriter:
+        return _LocalWriter(self._path(key), self._tmp)
+
+    def open(self, key: str) -> BinaryIO:
+        path = self._path(key)
+        if not path.is_file():
+            raise FileNotFoundError(key)
+        return open(path, "rb")
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).exists()
+
+    def size(self, key: str) -> int:
+        return self._path(key).stat().st_size
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._path(prefix.rstrip("/")) if prefix.strip("/") else self.root
+        if base.is_file():
+            return [prefix.strip("/")]
+        if not base.is_dir():
+            return []
+        return sorted(
+            p.relative_to(self.root).as_posix()
+            for p in base.rglob("*")
+            if p.is_file() and not p.relative_to(self.root).as_posix().startswith(".tmp")
+        )
+
+    def local_path(self, key: str) -> Path | None:
+        path = self._path(key)
+        return path if path.exists() else None
