@@ -1,0 +1,185 @@
+"""How a training job reports to the service.
+
+`HttpReporter` posts reports in order from one background thread, so a step never waits for
+the network. When the service does not answer (it is restarting), reports wait in the queue and
+are retried with back-off for up to `patience` seconds; the job keeps training meanwhile. The
+final report (finished, stopped, failed) is sent synchronously after the queue has drained.
+
+Each answer carries a `Directive`; `action` holds the latest one, which the training loop reads
+after every optimizer step.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from akka_training.core.reports import (
+    Action,
+    FailedReport,
+    FinishedReport,
+    HeartbeatReport,
+    Placement,
+    RolloutsReport,
+    SnapshotReport,
+    StartedReport,
+    StepReport,
+    StoppedReport,
+    TrainingReport,
+)
+
+log = logging.getLogger(__name__)
+
+
+class StaleAttempt(Exception):
+    """The service no longer counts this attempt as the run's current one: stop."""
+
+
+class ReportNotDelivered(Exception):
+    pass
+
+
+class HttpReporter:
+    def __init__(
+        self,
+        trainer_url: str,
+        run_id: str,
+        attempt: int,
+        token: str,
+        *,
+        patience: float = 900.0,
+        heartbeat_seconds: float = 5.0,
+    ) -> None:
+        self._base = f"{trainer_url.rstrip('/')}/v1/jobs/{run_id}/attempts/{attempt}"
+        self._client = httpx.Client(
+            headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(30.0)
+        )
+        self._patience = patience
+        self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self.action: Action = "continue"
+        self.stale = False
+        self.step: int | None = None
+        self.stall_dump: str | None = None
+        self._closed = threading.Event()
+        self._sender = threading.Thread(target=self._send_loop, name="akka-reporter", daemon=True)
+        self._sender.start()
+        self._heartbeat_seconds = heartbeat_seconds
+        self._beater = threading.Thread(target=self._beat_loop, name="akka-heartbeat", daemon=True)
+        self._beater.start()
+
+    # --- reports, in the order a job sends them ---------------------------------------------
+
+    def started(self, placement: Placement) -> None:
+        self._enqueue("started", StartedReport(placement=placement).to_json())
+
+    def training(self, report: TrainingReport) -> None:
+        self._enqueue("training", report.to_json())
+
+    def report_step(self, report: StepReport) -> None:
+        self.step = report.step
+        self._enqueue("steps", report.to_json())
+
+    def snapshot(self, report: SnapshotReport) -> None:
+        self._enqueue("snapshots", report.to_json())
+
+    def rollouts(self, report: RolloutsReport) -> None:
+        self._enqueue("rollouts", report.to_json())
+
+    def finished(self, report: FinishedReport) -> None:
+        self._final("finished", report.to_json())
+
+    def stopped(self, report: StoppedReport) -> None:
+        self._final("stopped", report.to_json())
+
+    def failed(self, report: FailedReport) -> None:
+        self._final("failed", report.to_json())
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every queued report was delivered (or given up)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if deadline is not None and time.monotonic() > deadline:
+                raise ReportNotDelivered("reports still queued")
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._queue.put(None)
+        self._sender.join(timeout=5)
+        self._client.close()
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _enqueue(self, kind: str, body: dict[str, Any]) -> None:
+        if self.stale:
+            raise StaleAttempt("this attempt is no longer the run's current one")
+        self._queue.put((kind, body))
+
+    def _final(self, kind: str, body: dict[str, Any]) -> None:
+        self.flush(timeout=self._patience)
+        self._closed.set()
+        if not self.stale:
+            self._post(kind, body)
+
+    def _send_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if not self.stale:
+                    self._post(*item)
+            except ReportNotDelivered as exc:
+                log.error("report %s not delivered: %s", item[0] if item else "", exc)
+            finally:
+                self._queue.task_done()
+
+    def _beat_loop(self) -> None:
+        while not self._closed.wait(self._heartbeat_seconds):
+            if self.stale:
+                return
+            body = HeartbeatReport(step=self.step, stall_dump=self.stall_dump).to_json()
+            try:
+                self._post("heartbeat", body, patience=self._heartbeat_seconds)
+            except ReportNotDelivered:
+                continue
+
+    def _post(self, kind: str, body: dict[str, Any], patience: float | None = None) -> None:
+        deadline = time.monotonic() + (self._patience if patience is None else patience)
+        delay = 0.2
+        while True:
+            try:
+                response = self._client.post(f"{self._base}/{kind}", json=body)
+            except httpx.HTTPError as exc:
+                error: str = str(exc) or type(exc).__name__
+            else:
+                if response.status_code == 409:
+                    self.stale = True
+                    self.action = "stop"
+                    return
+                if response.status_code < 300:
+                    action = response.json().get("action", "continue")
+                    with self._lock:
+                        # A stop outranks a save-and-stop, which outranks continue.
+                        if _RANK[action] >= _RANK[self.action]:
+                            self.action = action
+                    return
+                if response.status_code < 500:
+                    raise ReportNotDelivered(
+                        f"the service refused the {kind} report: HTTP {response.status_code} "
+                        f"{response.text[:500]}"
+                    )
+                error = f"HTTP {response.status_code}"
+            if time.monotonic() > deadline:
+                raise ReportNotDelivered(f"the service did not take the {kind} report: {error}")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+_RANK: dict[str, int] = {"continue": 0, "save-and-stop": 1, "stop": 2}
