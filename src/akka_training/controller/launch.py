@@ -45,6 +45,7 @@ def prepare_launch(ctx: AppContext, run_id: str, number: int) -> LaunchRequest |
             run_id=run_id,
             attempt=number,
             project=run.project,
+            model_name=run.model_name,
             pipeline=run.pipeline_id,
             stage=run.stage,
             trainer_url=(ray.trainer_url if ray and ray.trainer_url else settings.trainer_url),

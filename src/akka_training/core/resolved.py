@@ -79,6 +79,7 @@ class JobSpec(PlanModel):
     run_id: str
     attempt: int
     project: str
+    model_name: str | None = None
     pipeline: str | None = None
     stage: str | None = None
     trainer_url: str
