@@ -182,6 +182,24 @@ def test_unpacking_again_reuses_the_directory(tmp_path: Path) -> None:
     assert (dest / "helpers.py").stat().st_mtime_ns == mtime
 
 
+def test_unpacking_refuses_to_overwrite_a_directory_that_is_not_a_bundle(tmp_path: Path) -> None:
+    packed = pack_bundle(write_bundle(tmp_path / "b", SCORING), LIMIT)
+    precious = tmp_path / "home"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    with pytest.raises(BundleRefused, match="holds something other than an unpacked bundle"):
+        unpack_bundle(packed.data, packed.sha256, precious)
+    assert (precious / "notes.txt").read_text() == "keep me"
+
+
+def test_a_new_bundle_replaces_an_older_one_in_the_same_directory(tmp_path: Path) -> None:
+    old = pack_bundle(write_bundle(tmp_path / "old", SCORING), LIMIT)
+    new = pack_bundle(write_bundle(tmp_path / "new", {"only.py": "X = 1\n"}), LIMIT)
+    dest = unpack_bundle(old.data, old.sha256, tmp_path / "u")
+    unpack_bundle(new.data, new.sha256, dest)
+    assert sorted(p.name for p in dest.iterdir()) == [".akka-bundle-sha256", "only.py"]
+
+
 def test_two_bundles_with_the_same_module_names_stay_apart(tmp_path: Path) -> None:
     first_files = SCORING
     second_files = {**SCORING, "helpers.py": "VALUE = 0.75\n"}

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from akka_training.core.plans import MatchTerm, RegexTerm
+from akka_training.rewards import rollouts
 from akka_training.rewards.rollouts import (
     Rollout,
     read_step_file,
@@ -89,11 +90,15 @@ def test_worst_and_best_sort_by_score_with_ties_in_index_order(tmp_path: Path) -
     assert len(read_step_file(path, "best")) == len(scores)
 
 
-def test_worst_across_many_row_groups_returns_the_right_rows(tmp_path: Path) -> None:
-    # 256 rollouts span several row groups; the picked rows come back whole and in order.
+def test_worst_across_many_row_groups_returns_the_right_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows spread over 8 row groups; the picked rows come back whole and in order.
+    monkeypatch.setattr(rollouts, "ROW_GROUP_ROWS", 32)
     scores = [((i * 37) % 101) / 100 for i in range(256)]
     path = tmp_path / "s.parquet"
     write_step_file([make(i, s) for i, s in enumerate(scores)], path)
+    assert pq.ParquetFile(path).num_row_groups == 8
     expected = sorted(range(256), key=lambda i: (scores[i], i))[:10]
     worst = read_step_file(path, "worst", 10)
     assert [r.index for r in worst] == expected

@@ -11,9 +11,9 @@ special files and anything over the size limit, naming the file and what to do. 
 
 `unpack_bundle` checks the hash before writing anything and writes only inside its
 destination. `load_function` imports a function from an unpacked bundle under a module
-namespace of its own (``_akka_bundle_<hash>``), so two bundles that both hold a ``scoring.py``
-never see each other's module. Inside a bundle, modules import each other relatively
-(``from . import helpers``): the bundle's root is a package.
+namespace of its own (``_akka_bundle_<hash>_<location>``), so two bundles that both hold a
+``scoring.py`` never see each other's module. Inside a bundle, modules import each other
+relatively (``from . import helpers``): the bundle's root is a package.
 """
 
 from __future__ import annotations
@@ -106,18 +106,25 @@ def unpack_bundle(data: bytes, sha256: str, dest: Path) -> Path:
         )
     if _unpacked_hash(dest) == actual:
         return dest
+    if dest.exists() and _unpacked_hash(dest) is None and any(dest.iterdir()):
+        raise BundleRefused(
+            f"{dest} exists and holds something other than an unpacked bundle; unpack into a "
+            "new or empty directory"
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = dest.parent / f".{dest.name}.{uuid.uuid4().hex}.partial"
     staging.mkdir()
     try:
         _extract(data, staging)
         (staging / MARKER).write_text(actual + "\n")
-        if dest.exists():
+        if _unpacked_hash(dest) == actual:  # another process unpacked it meanwhile
+            return dest
+        if dest.exists():  # empty, or another bundle unpacked here before
             shutil.rmtree(dest)
         try:
             staging.rename(dest)
         except OSError:
-            if _unpacked_hash(dest) != actual:  # another process won the race with this bundle
+            if _unpacked_hash(dest) != actual:
                 raise
     finally:
         if staging.exists():
@@ -257,8 +264,11 @@ def _unpacked_hash(directory: Path) -> str | None:
 
 
 def _namespace(bundle_dir: Path) -> str:
-    digest = _unpacked_hash(bundle_dir) or hashlib.sha256(str(bundle_dir).encode()).hexdigest()
-    return f"_akka_bundle_{digest[:16]}"
+    """``_akka_bundle_<content hash>_<location hash>``: the location keeps two copies of one
+    bundle apart, so deleting one never breaks imports from the other."""
+    content = _unpacked_hash(bundle_dir) or "unverified"
+    location = hashlib.sha256(str(bundle_dir).encode()).hexdigest()
+    return f"_akka_bundle_{content[:16]}_{location[:8]}"
 
 
 def _package(namespace: str, bundle_dir: Path) -> types.ModuleType:

@@ -160,8 +160,8 @@ class RewardScorer:
             except TermFailed as failure:
                 result = _Result.failed(failure, time.perf_counter() - start)
             except Exception as exc:  # a grader's bug is that term's failure, not the batch's
-                failure = TermFailed(FailureCause.ERROR, f"{type(exc).__name__}: {exc}")
-                result = _Result.failed(failure, time.perf_counter() - start)
+                broken = TermFailed(FailureCause.ERROR, f"{type(exc).__name__}: {exc}")
+                result = _Result.failed(broken, time.perf_counter() - start)
             results[key] = result
 
     async def _evaluate(
@@ -197,7 +197,10 @@ class RewardScorer:
         for i in range(count):
             rollout = ScoredRollout(score=0.0, shares={}, values={}, seconds={})
             for grader in self.graders:
-                result = results[(i, grader.name)]
+                result = results.get((i, grader.name)) or _Result.failed(
+                    TermFailed(FailureCause.ERROR, "the term's evaluation ended without a result"),
+                    0.0,
+                )
                 share = grader.weight * result.outcome.value + 0.0  # no -0.0 in records
                 rollout.values[grader.name] = result.outcome.value
                 rollout.shares[grader.name] = share

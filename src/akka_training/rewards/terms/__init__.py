@@ -8,7 +8,7 @@ here implementing `base.SyncGrader` or `base.AsyncGrader`, and a line in `GRADER
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from akka_training.core.plans import (
     HttpTerm,
@@ -37,7 +37,8 @@ __all__ = [
     "build_graders",
 ]
 
-GRADERS: dict[str, type[Grader]] = {
+# Each kind's grader; a rule's also takes the bundle resolver.
+GRADERS: dict[str, Callable[..., Grader]] = {
     "match": MatchGrader,
     "regex": RegexGrader,
     "length": LengthGrader,
@@ -79,4 +80,4 @@ def _build(term: TermSpec, bundle_resolver: BundleResolver | None) -> Grader:
                 "bundle resolver"
             )
         return RuleGrader(term, bundle_resolver=bundle_resolver)
-    return GRADERS[term.kind](term)  # type: ignore[call-arg]
+    return GRADERS[term.kind](term)

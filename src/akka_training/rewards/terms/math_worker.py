@@ -169,7 +169,9 @@ def _split_top_level(text: str) -> list[str]:
         inner, end = _group(stripped, 0, "(", ")")
         if end == len(stripped):
             stripped = inner
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in stripped:
         if ch == "(":
             depth += 1
