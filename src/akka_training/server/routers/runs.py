@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.server.deps import Caller, Ctx, Db
+from akka_training.server.services import rollouts as rollouts_service
 from akka_training.server.services import runs as service
 from akka_training.server.services.lookups import run_for
 from akka_training.server.services.run_views import run_json
@@ -115,6 +116,19 @@ def snapshots(run_ref: str, db: Db, caller: Caller) -> list[dict[str, Any]]:
 def metrics(run_ref: str, db: Db, caller: Caller, fields: str | None = None) -> dict[str, Any]:
     wanted = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
     return service.metrics(db, caller, run_ref, wanted)
+
+
+@router.get("/{run_ref}/rollouts")
+def rollouts(
+    run_ref: str,
+    ctx: Ctx,
+    db: Db,
+    caller: Caller,
+    step: int | None = None,
+    order: str | None = None,
+    limit: int | None = Query(None, ge=1),
+) -> dict[str, Any]:
+    return rollouts_service.rollouts(db, ctx, caller, run_ref, step, order, limit)
 
 
 @router.get("/{run_ref}/tree")
