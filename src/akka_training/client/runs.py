@@ -101,3 +101,10 @@ class RunsApi(BaseClient):
 
     def resume_pipeline(self, ref: str) -> dict[str, Any]:
         return self.post(f"/v1/pipelines/{ref}/resume")
+
+    def wait_pipeline(self, ref: str, timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        for line in self.stream_lines(
+            f"/v1/pipelines/{ref}/wait", {"timeout": timeout}, timeout=None
+        ):
+            if line.strip():
+                yield json.loads(line)

@@ -55,7 +55,7 @@ def resolve_run(
     problems = validate(checked)
     if problems:
         raise PlanRefused(problems)
-    return _settings(ctx, checked, pins)
+    return build_settings(ctx, checked, pins)
 
 
 def check_run(
@@ -176,7 +176,8 @@ def check_run(
     return checked, pins
 
 
-def _settings(ctx: AppContext, checked: Checked, pins: dict[str, object]) -> Resolved:
+def build_settings(ctx: AppContext, checked: Checked, pins: dict[str, object]) -> Resolved:
+    """The resolved settings from a checked plan and its pins (the plan passed every rule)."""
     plan = checked.plan
     model = pins["model"]
     assert isinstance(model, CatalogModel)
