@@ -13,7 +13,16 @@ from akka_training.controller.loop import Controller
 from akka_training.server.bootstrap import bootstrap
 from akka_training.server.context import AppContext, build_context
 from akka_training.server.errors import install_error_handlers
-from akka_training.server.routers import catalog, datasets, jobs, pipelines, projects, runs, system
+from akka_training.server.routers import (
+    bundles,
+    catalog,
+    datasets,
+    jobs,
+    pipelines,
+    projects,
+    runs,
+    system,
+)
 from akka_training.server.services.pipelines import advance_all
 from akka_training.server.settings import Settings
 
@@ -38,6 +47,6 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
 
     app = FastAPI(title="akka training", version=__version__, lifespan=lifespan)
     install_error_handlers(app)
-    for module in (system, projects, catalog, datasets, runs, pipelines, jobs):
+    for module in (system, projects, catalog, datasets, bundles, runs, pipelines, jobs):
         app.include_router(module.router)
     return app

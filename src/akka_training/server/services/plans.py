@@ -17,12 +17,13 @@ from akka_training.core.catalog import CatalogModel, engine_for
 from akka_training.core.defaults import fill_defaults, lora_of
 from akka_training.core.errors import AkkaError, PlanRefused, Problem
 from akka_training.core.phases import Phase
-from akka_training.core.plans import RL_METHODS, RunPlan
+from akka_training.core.plans import RL_METHODS, RuleTerm, RunPlan
 from akka_training.core.refs import stage_of
-from akka_training.core.resolved import BaseModelPin, DatasetPin, Settings, SourcePin
+from akka_training.core.resolved import BaseModelPin, BundlePin, DatasetPin, Settings, SourcePin
 from akka_training.core.validation import Checked, DatasetInfo, PoolInfo, SourceInfo, validate
 from akka_training.server.auth import Principal
 from akka_training.server.context import AppContext
+from akka_training.server.services.bundles import resolve_bundle
 from akka_training.server.services.datasets import resolve_dataset
 from akka_training.server.services.lookups import find_run
 from akka_training.storage.models import DatasetVersion, Project, Snapshot
@@ -151,6 +152,7 @@ def check_run(
             None,
         )
     filled = fill_defaults(plan, model, envelope, pool_name, source_lora)
+    pins["bundles"] = _pin_bundles(session, principal, filled, problems)
     given_lora = None
     section = plan.config.rl_hyperparams if method in RL_METHODS else plan.config.hyperparams
     if (
@@ -204,10 +206,40 @@ def build_settings(ctx: AppContext, checked: Checked, pins: dict[str, object]) -
         dataset=dataset,
         eval_dataset=eval_pin if isinstance(eval_pin, DatasetPin) else None,
         source=source if isinstance(source, SourcePin) else None,
+        bundles=pins.get("bundles") or {},  # type: ignore[arg-type]
         config=config,
         execution=plan.execution,
     )
     return Resolved(settings, settings.source.kind if settings.source else None)
+
+
+def _pin_bundles(
+    session: Session, principal: Principal, plan: RunPlan, problems: list[Problem]
+) -> dict[str, BundlePin]:
+    """Pin the bundles of rule terms and tools, rewriting their references in `plan` to the
+    pinned form (PROJECT/NAME@sha256:HASH)."""
+    pins: dict[str, BundlePin] = {}
+    users: list[tuple[str, object]] = []
+    if plan.config.reward is not None:
+        users += [
+            (f"config.reward.terms[{i}].bundle", t)
+            for i, t in enumerate(plan.config.reward.terms)
+            if isinstance(t, RuleTerm)
+        ]
+    users += [(f"config.tools[{i}].bundle", t) for i, t in enumerate(plan.config.tools)]
+    for field, holder in users:
+        try:
+            row = resolve_bundle(session, holder.bundle)  # type: ignore[attr-defined]
+            principal.require(row.project)
+        except AkkaError as exc:
+            problems.append(Problem(field, f"{field}: {exc.message}"))
+            continue
+        pinned = f"{row.project}/{row.name}@sha256:{row.sha256}"
+        pins[pinned] = BundlePin(
+            name=f"{row.project}/{row.name}", version=row.version, sha256=row.sha256, blob=row.blob
+        )
+        holder.bundle = pinned  # type: ignore[attr-defined]
+    return pins
 
 
 def _model(ctx: AppContext, model_id: str, problems: list[Problem]) -> CatalogModel | None:
