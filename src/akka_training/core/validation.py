@@ -7,12 +7,13 @@ every problem at once. Each rule is a pure function; each problem says what to s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from akka_training.core.catalog import CatalogModel, engine_for, join_counts
 from akka_training.core.errors import Problem
-from akka_training.core.plans import RL_METHODS, Lora, RunPlan
+from akka_training.core.plans import RL_METHODS, Lora, RegexTerm, RunPlan
 
 
 @dataclass(frozen=True)
@@ -383,6 +384,26 @@ def source_matches(c: Checked) -> list[Problem]:
     return out
 
 
+def reward_patterns(c: Checked) -> list[Problem]:
+    reward = c.plan.config.reward
+    if not c.is_rl or reward is None:
+        return []
+    out = []
+    for i, term in enumerate(reward.terms):
+        if isinstance(term, RegexTerm):
+            try:
+                re.compile(term.pattern)
+            except re.error as exc:
+                out.append(
+                    Problem(
+                        f"config.reward.terms[{i}].pattern",
+                        f"config.reward.terms[{i}].pattern {term.pattern!r} is not a valid "
+                        f"regular expression ({exc}); fix the pattern.",
+                    )
+                )
+    return out
+
+
 RULES: list[Rule] = [
     method_sections,
     method_supported,
@@ -395,4 +416,5 @@ RULES: list[Rule] = [
     verl_kl_with_source,
     dataset_fits_method,
     source_matches,
+    reward_patterns,
 ]
