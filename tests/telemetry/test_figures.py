@@ -30,9 +30,14 @@ def test_step_figures_route_to_catalog_metrics() -> None:
 def test_figures_outside_the_table_are_not_routed() -> None:
     assert route("sft", "reward/mean") is None  # a reinforcement figure in a supervised step
     assert route("rl", "terms//share_mean") is None
-    assert route("rl", "frac_reward_zero_std") is None
-    assert histogram_route("terms/x/share_mean") is None
-    assert histogram_route("terms/correct/share") == Route(
+    assert route("rl", "frac_reward_zero_std") is None  # TRL's name; the scorer reports groups/
+    assert route("rl", "groups/frac_zero_std") == Route(P + "rl.reward.zero_std.ratio")
+    assert route("sft", "padding_share") == Route(P + "data.padding.ratio")
+    assert route("sft", "memory/peak") == Route(P + "memory.allocated.peak")
+    assert histogram_route("terms/x/share") is None
+    assert histogram_route("reward/") is None
+    assert histogram_route("reward") == Route(P + "rl.rollout.reward")
+    assert histogram_route("reward/correct") == Route(
         P + "rl.rollout.term.share", {c.REWARD_TERM: "correct"}
     )
 

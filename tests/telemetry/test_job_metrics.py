@@ -35,6 +35,7 @@ RL_STEP = {
     "memory/generation": 1.5e9,
     "kl": 0.01,
     "policy_loss": -0.02,
+    "groups/frac_zero_std": 0.25,
     "frac_reward_zero_std": 0.25,  # not routed: kept in the files only
 }
 
@@ -78,6 +79,7 @@ def test_step_figures_become_catalog_instruments(job: JobTelemetry, receiver: Ot
     assert memory.point({c.MEMORY_PART: "generation"}).value == 1.5e9
     assert receiver.wait_for_metric(P + "step.mfu.ratio").points[0].value == 0.31
     assert receiver.wait_for_metric(P + "rl.policy.loss").points[0].value == -0.02
+    assert receiver.wait_for_metric(P + "rl.reward.zero_std.ratio").points[0].value == 0.25
 
     timing = receiver.wait_for_metric(P + "rl.step.timing")
     assert (timing.kind, timing.unit) == ("histogram", "s")
@@ -112,7 +114,7 @@ def test_rollout_histograms_carry_their_explicit_boundaries(
     job.histograms(
         {
             "reward": [0.0, 0.0, 1.0, 1.2, 0.55],
-            "terms/correct/share": [0.0, 1.0],
+            "reward/correct": [0.0, 1.0],
             "completion_length": [40, 500, 4000, float("nan")],
         }
     )
@@ -139,7 +141,8 @@ def test_reward_stats_time_count_failures_by_cause_and_judge_tokens(
     job.reward_stats(
         timings={"judge": [0.8, 1.2], "format": [0.0001]},
         failures={("judge", "timeout"): 2, ("judge", "no-verdict"): 1, ("format", "error"): 0},
-        judge_tokens={("judge", "prompt"): 900, ("judge", "completion"): 40},
+        judge_prompt_tokens={"judge": 900, "format": 0},
+        judge_completion_tokens={"judge": 40},
     )
     with pytest.raises(ValueError, match="cause 'slow'"):
         job.reward_stats(failures={("judge", "slow"): 1})
@@ -156,6 +159,7 @@ def test_reward_stats_time_count_failures_by_cause_and_judge_tokens(
     tokens = receiver.wait_for_metric(P + "reward.judge.tokens")
     assert tokens.point({c.TOKEN_TYPE: "prompt"}).value == 900
     assert tokens.point({c.TOKEN_TYPE: "completion"}).value == 40
+    assert tokens.point({c.REWARD_TERM: "format"}) is None
 
 
 def test_data_fit_and_placement(job: JobTelemetry, receiver: OtlpReceiver) -> None:

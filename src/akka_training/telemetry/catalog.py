@@ -405,6 +405,14 @@ _MEMORY_AND_DATA_METRICS = (
         "reinforcement runs). Published only by a job that uses one device.",
         (MEMORY_PART,),
     ),
+    _m(
+        "memory.allocated.peak",
+        _G,
+        "By",
+        _JOB,
+        "Device memory allocated at the latest step's peak (the sum of the parts up to "
+        "activations).",
+    ),
     _m("memory.reserved", _G, "By", _JOB, "Device memory the allocator reserved at the peak."),
     _m("memory.host.peak", _G, "By", _JOB, "Host memory peak of the latest step (VmHWM)."),
     _m("data.rows.truncated", _G, "{row}", _JOB, "Rows truncated at maxSeqLength."),
@@ -416,12 +424,23 @@ _MEMORY_AND_DATA_METRICS = (
 _RL_STEP_METRICS = (
     _m("rl.reward.mean", _G, "{reward}", _JOB, "Mean reward of the latest step's rollouts."),
     _m("rl.reward.std", _G, "{reward}", _JOB, "Standard deviation of the latest step's rewards."),
+    _m("rl.reward.min", _G, "{reward}", _JOB, "Lowest reward of the latest step's rollouts."),
+    _m("rl.reward.max", _G, "{reward}", _JOB, "Highest reward of the latest step's rollouts."),
     _m(
         "rl.reward.zero_std.ratio",
         _G,
         "1",
         _JOB,
-        "Share of the latest step's prompts whose rollouts all scored the same (no signal).",
+        "Share of the latest step's prompt groups whose rollouts all scored the same: GRPO "
+        "learns nothing from them.",
+    ),
+    _m("rl.reward.zero.ratio", _G, "1", _JOB, "Share of the latest step's rollouts scoring 0."),
+    _m(
+        "rl.reward.full.ratio",
+        _G,
+        "1",
+        _JOB,
+        "Share of the latest step's rollouts scoring the full positive weight of the terms.",
     ),
     _m(
         "rl.term.share.mean",

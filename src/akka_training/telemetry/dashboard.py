@@ -148,7 +148,12 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                 ),
                 _ts(
                     "Reward mean and spread",
-                    [(_job("rl.reward.mean"), "mean"), (_job("rl.reward.std"), "std")],
+                    [
+                        (_job("rl.reward.mean"), "mean"),
+                        (_job("rl.reward.std"), "std"),
+                        (_job("rl.reward.min"), "min"),
+                        (_job("rl.reward.max"), "max"),
+                    ],
                     "none",
                 ),
                 _ts("Reward percentiles", _quantiles("rl.rollout.reward"), "none"),
@@ -192,11 +197,13 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                     "none",
                 ),
                 _ts(
-                    "Truncated and clipped",
+                    "Shares of the step",
                     [
                         (_job("rl.completion.truncated.ratio"), "completions truncated"),
                         (_job("rl.policy.clipped.ratio"), f"clipped at {{{{{bound}}}}}"),
-                        (_job("rl.reward.zero_std.ratio"), "prompts without signal"),
+                        (_job("rl.reward.zero_std.ratio"), "prompt groups without signal"),
+                        (_job("rl.reward.zero.ratio"), "rollouts scoring 0"),
+                        (_job("rl.reward.full.ratio"), "rollouts scoring full"),
                     ],
                     "percentunit",
                 ),
@@ -279,6 +286,7 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                 _ts(
                     "Reserved and host",
                     [
+                        (_job("memory.allocated.peak"), "device allocated"),
                         (_job("memory.reserved"), "device reserved"),
                         (_job("memory.host.peak"), "host peak"),
                     ],

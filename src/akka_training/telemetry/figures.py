@@ -14,9 +14,10 @@ Every step, whatever its figures, adds 1 to the kind's step counter
 | tokens_per_second              | step.throughput                              |                       |
 | mfu                            | step.mfu.ratio                               |                       |
 | memory/<part>                  | memory.peak                                  | memory.part=<part>    |
+| memory/peak                    | memory.allocated.peak                        |                       |
 | memory/reserved                | memory.reserved                              |                       |
 | memory/host_peak               | memory.host.peak                             |                       |
-| data/padding_share             | data.padding.ratio                           |                       |
+| padding_share                  | data.padding.ratio                           |                       |
 
 | figure (sft)                   | metric                                       | attributes            |
 |--------------------------------|----------------------------------------------|-----------------------|
@@ -35,7 +36,11 @@ Every step, whatever its figures, adds 1 to the kind's step counter
 | timing/update                  | rl.step.timing                               | step.phase=update     |
 | reward/mean                    | rl.reward.mean                               |                       |
 | reward/std                     | rl.reward.std                                |                       |
-| reward/zero_std_share          | rl.reward.zero_std.ratio                     |                       |
+| reward/min                     | rl.reward.min                                |                       |
+| reward/max                     | rl.reward.max                                |                       |
+| groups/frac_zero_std           | rl.reward.zero_std.ratio                     |                       |
+| rollouts/frac_zero             | rl.reward.zero.ratio                         |                       |
+| rollouts/frac_full             | rl.reward.full.ratio                         |                       |
 | terms/<term>/share_mean        | rl.term.share.mean                           | reward.term=<term>    |
 | terms/<term>/share_std         | rl.term.share.std                            | reward.term=<term>    |
 | completions/min_length         | rl.completion.length.min                     |                       |
@@ -58,7 +63,7 @@ Histograms (`JobTelemetry.histograms`, one value per rollout):
 | name                           | metric                                       | attributes            |
 |--------------------------------|----------------------------------------------|-----------------------|
 | reward                         | rl.rollout.reward                            |                       |
-| terms/<term>/share             | rl.rollout.term.share                        | reward.term=<term>    |
+| reward/<term>                  | rl.rollout.term.share                        | reward.term=<term>    |
 | completion_length              | rl.rollout.completion.length                 |                       |
 
 Metric and attribute names above omit the ``akka.optimize.training.`` prefix. The generated
@@ -103,7 +108,7 @@ def histogram_route(name: str) -> Route | None:
     fixed = _HISTOGRAMS.get(name)
     if fixed is not None:
         return fixed
-    term = _between(name, "terms/", "/share")
+    term = _between(name, "reward/", "")
     return Route(c.PREFIX + "rl.rollout.term.share", {c.REWARD_TERM: term}) if term else None
 
 
@@ -127,7 +132,7 @@ def mapping_rows() -> list[tuple[str, str, str, str]]:
     rows.append(
         (
             "histogram",
-            "terms/<term>/share",
+            "reward/<term>",
             c.PREFIX + "rl.rollout.term.share",
             f"{c.REWARD_TERM}=<term>",
         )
@@ -148,9 +153,10 @@ _COMMON: dict[str, Route] = {
     "tokens": _r("step.tokens"),
     "tokens_per_second": _r("step.throughput"),
     "mfu": _r("step.mfu.ratio"),
+    "memory/peak": _r("memory.allocated.peak"),
     "memory/reserved": _r("memory.reserved"),
     "memory/host_peak": _r("memory.host.peak"),
-    "data/padding_share": _r("data.padding.ratio"),
+    "padding_share": _r("data.padding.ratio"),
 }
 _MEMORY: dict[str, Route] = {
     f"memory/{part}": Route(c.PREFIX + "memory.peak", {c.MEMORY_PART: part})
@@ -167,7 +173,11 @@ _RL: dict[str, Route] = {
     **{f"timing/{p}": _r("rl.step.timing", step_phase=p) for p in c.RL_PHASES},
     "reward/mean": _r("rl.reward.mean"),
     "reward/std": _r("rl.reward.std"),
-    "reward/zero_std_share": _r("rl.reward.zero_std.ratio"),
+    "reward/min": _r("rl.reward.min"),
+    "reward/max": _r("rl.reward.max"),
+    "groups/frac_zero_std": _r("rl.reward.zero_std.ratio"),
+    "rollouts/frac_zero": _r("rl.reward.zero.ratio"),
+    "rollouts/frac_full": _r("rl.reward.full.ratio"),
     "completions/min_length": _r("rl.completion.length.min"),
     "completions/max_length": _r("rl.completion.length.max"),
     "completions/mean_length": _r("rl.completion.length.mean"),

@@ -15,8 +15,8 @@ What an engine calls::
     telemetry.training("rl")                      # phase TRAINING; the step counter starts at 0
     telemetry.step("rl", 1, {"reward/mean": 0.4, "timing/generation": 2.1, ...})
     telemetry.reward_stats(timings={"judge": [0.8, 1.2]}, failures={("judge", "timeout"): 1},
-                           judge_tokens={("judge", "prompt"): 900, ("judge", "completion"): 40})
-    telemetry.histograms({"reward": [...], "terms/correct/share": [...], "completion_length": [...]})
+                           judge_prompt_tokens={"judge": 900}, judge_completion_tokens={"judge": 40})
+    telemetry.histograms({"reward": [...], "reward/correct": [...], "completion_length": [...]})
     telemetry.shutdown()
 
 The figure names a step reports map onto catalog metrics as `akka_training.telemetry.figures`
@@ -164,11 +164,12 @@ class JobTelemetry:
         *,
         timings: Mapping[str, Iterable[float]] | None = None,
         failures: Mapping[tuple[str, str], int] | None = None,
-        judge_tokens: Mapping[tuple[str, str], int] | None = None,
+        judge_prompt_tokens: Mapping[str, int] | None = None,
+        judge_completion_tokens: Mapping[str, int] | None = None,
     ) -> None:
-        """A step's reward scoring. `timings`: seconds per scored rollout, by term.
-        `failures`: rollouts not scored, by (term, cause), cause one of
-        `catalog.REWARD_FAILURE_CAUSES`. `judge_tokens`: by (term, "prompt"|"completion")."""
+        """A step's reward scoring, as the scorer accounts for a batch: `timings`, seconds per
+        scored rollout by term; `failures`, rollouts not scored by (term, cause), cause one of
+        `catalog.REWARD_FAILURE_CAUSES`; the tokens each judge term's model read and wrote."""
         p = c.PREFIX
         for term, seconds in (timings or {}).items():
             for value in seconds:
@@ -181,22 +182,23 @@ class JobTelemetry:
             if count:
                 attrs = {c.REWARD_TERM: term, c.REWARD_FAILURE_CAUSE: cause}
                 self._m[p + "reward.term.failures"].add(count, attrs)
-        for (term, side), count in (judge_tokens or {}).items():
-            if side not in ("prompt", "completion"):
-                raise ValueError(f"judge token type {side!r} is not prompt or completion")
-            if count:
-                attrs = {c.REWARD_TERM: term, c.TOKEN_TYPE: side}
-                self._m[p + "reward.judge.tokens"].add(count, attrs)
+        for side, by_term in (
+            ("prompt", judge_prompt_tokens or {}),
+            ("completion", judge_completion_tokens or {}),
+        ):
+            for term, count in by_term.items():
+                if count:
+                    attrs = {c.REWARD_TERM: term, c.TOKEN_TYPE: side}
+                    self._m[p + "reward.judge.tokens"].add(count, attrs)
 
     def histograms(self, values_by_name: Mapping[str, Iterable[float]]) -> None:
-        """Per-rollout values of a step: ``reward``, ``terms/<term>/share``,
-        ``completion_length``. A name outside these is refused (ValueError)."""
+        """Per-rollout values of a step: ``reward`` (scores), ``reward/<term>`` (each term's
+        share), ``completion_length``. A name outside these is refused (ValueError)."""
         for name, values in values_by_name.items():
             target = histogram_route(name)
             if target is None:
                 raise ValueError(
-                    f"no histogram for {name!r}: use reward, terms/<term>/share or "
-                    "completion_length"
+                    f"no histogram for {name!r}: use reward, reward/<term> or completion_length"
                 )
             instrument = self._m[target.metric]
             attrs = dict(target.attributes)
