@@ -62,7 +62,7 @@ def test_quota_holds_a_second_run_of_the_same_project(trainer_factory: Any) -> N
     ensure_project(trainer, "other")
     register_dataset(trainer, "small/train")
     register_dataset(trainer, "other/train")
-    a = start_run(trainer, sft_plan("small", "small/train", steps=8))
+    a = start_run(trainer, sft_plan("small", "small/train", steps=60))
     wait_phase(trainer, a, "PREPARING", "TRAINING")
     b = start_run(trainer, sft_plan("small", "small/train", steps=2))
     c = start_run(trainer, sft_plan("other", "other/train", steps=2))
@@ -72,6 +72,7 @@ def test_quota_holds_a_second_run_of_the_same_project(trainer_factory: Any) -> N
     assert any("quota" in w for w in held["queue"]["waitingFor"])
     projects = {p["project"]: p for p in trainer.cli_json("training", "capacity")["projects"]}
     assert projects["small"]["held"] == 1 and projects["small"]["queued"] == 1
+    trainer.cli("training", "runs", "cancel", a)
     wait_phase(trainer, b, "COMPLETED")
 
 

@@ -92,6 +92,7 @@ def create_run(
         created_at=now,
     )
     session.add(run)
+    session.flush()  # the run's row first: its claim and events refer to it
     open_claim(session, run)
     event(session, run.id, "submitted", f"submitted {settings.method} on {settings.base_model.id}")
     return run
