@@ -16,7 +16,9 @@ from akka_training.storage.models import Attempt, Claim, Run, Snapshot
 SCRIPTED_JOB = "akka_training.testing.scripted_job"
 
 
-def prepare_launch(ctx: AppContext, run_id: str, number: int) -> LaunchRequest | None:
+def prepare_launch(
+    ctx: AppContext, run_id: str, number: int, traceparent: str | None = None
+) -> LaunchRequest | None:
     """A launch request for the attempt, with a fresh token; None if the attempt moved on."""
     with ctx.db.session() as session:
         run = session.get(Run, run_id)
@@ -54,7 +56,7 @@ def prepare_launch(ctx: AppContext, run_id: str, number: int) -> LaunchRequest |
             resume=resume,
             telemetry=Telemetry(
                 collector_endpoint=settings.trainer.telemetry.collector_endpoint,
-                traceparent=run.traceparent,
+                traceparent=traceparent or run.traceparent,
                 stall_seconds=settings.trainer.controller.stall_seconds,
             ),
         )
@@ -66,6 +68,8 @@ def prepare_launch(ctx: AppContext, run_id: str, number: int) -> LaunchRequest |
         if settings.trainer.local.enforce_host_memory and envelope and envelope.host_memory_gib:
             host_memory = math.ceil(envelope.host_memory_gib * 2**30)
         env = {"AKKA_JOB_TOKEN": token}
+        if spec.telemetry.traceparent:
+            env["TRACEPARENT"] = spec.telemetry.traceparent
         verl_python = settings.trainer.reinforcement.verl_python
         if verl_python:
             env["AKKA_VERL_PYTHON"] = verl_python

@@ -30,6 +30,7 @@ from akka_training.core.phases import TERMINAL, Phase
 from akka_training.scheduler.admission import PoolState, Waiting, admit, free_device_ids
 from akka_training.server.context import AppContext
 from akka_training.storage.models import Attempt, Claim, Project, Run
+from akka_training.telemetry.catalog import RUN_ATTEMPT
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +232,19 @@ class Controller:
         )
 
     def _launch(self, run_id: str, number: int) -> None:
-        request = prepare_launch(self.ctx, run_id, number)
+        with self.ctx.db.session() as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                return
+            session.expunge(run)
+        if self.ctx.telemetry is not None:
+            with self.ctx.telemetry.span("job.launch", run, **{RUN_ATTEMPT: number}) as traceparent:
+                self._submit(run_id, number, traceparent)
+        else:
+            self._submit(run_id, number, None)
+
+    def _submit(self, run_id: str, number: int, traceparent: str | None) -> None:
+        request = prepare_launch(self.ctx, run_id, number, traceparent)
         if request is None:
             return
         retries = self.limits.start_retries

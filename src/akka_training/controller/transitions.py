@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,6 +11,9 @@ from sqlalchemy.orm import Session
 from akka_training.core.failures import FailureReason, failure_text
 from akka_training.core.phases import TERMINAL, Phase, transition
 from akka_training.storage.models import Claim, Event, Run
+
+# Called with (project, reason) whenever a run fails; the service's telemetry counts them.
+FAILURE_LISTENERS: list[Callable[[str, FailureReason], None]] = []
 
 
 def move(
@@ -48,6 +52,8 @@ def move(
     if reason is not None:
         message += f": {failure_text(reason, detail).splitlines()[0]}"
         data["failureCode"] = reason.value
+        for listener in FAILURE_LISTENERS:
+            listener(run.project, reason)
     event(session, run.id, "phase", message, data, now)
     return new
 

@@ -13,10 +13,12 @@ from akka_training.controller.loop import Controller
 from akka_training.server.bootstrap import bootstrap
 from akka_training.server.context import AppContext, build_context
 from akka_training.server.errors import install_error_handlers
+from akka_training.server.observability import Observability
 from akka_training.server.routers import (
     bundles,
     catalog,
     datasets,
+    grafana,
     jobs,
     pipelines,
     projects,
@@ -35,6 +37,7 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
         context = ctx or build_context(settings)
         bootstrap(context)
         app.state.ctx = context
+        context.telemetry = Observability(context)
         context.controller = Controller(context)
         context.controller.hooks.append(lambda: advance_all(context))
         context.controller.start()
@@ -42,11 +45,12 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
             yield
         finally:
             context.controller.stop()
+            context.telemetry.shutdown()
             context.backend.close()
             context.db.dispose()
 
     app = FastAPI(title="akka training", version=__version__, lifespan=lifespan)
     install_error_handlers(app)
-    for module in (system, projects, catalog, datasets, bundles, runs, pipelines, jobs):
+    for module in (system, projects, catalog, datasets, bundles, runs, pipelines, jobs, grafana):
         app.include_router(module.router)
     return app

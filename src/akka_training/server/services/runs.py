@@ -45,6 +45,9 @@ def start(
     if dry_run:
         return {"dryRun": True, "settings": resolved.settings.to_json()}
     run = create_run(session, plan, resolved, document)
+    if ctx.telemetry is not None:
+        with ctx.telemetry.span("run.submit", run) as traceparent:
+            run.traceparent = traceparent
     try:
         session.flush()
     except IntegrityError:
