@@ -48,9 +48,13 @@ def require_ray() -> None:
 class RayHead:
     """One local Ray head (with its worker processes) and the addresses to reach it."""
 
-    def __init__(self, labels: str = "pool=default", num_cpus: int = 2) -> None:
+    def __init__(
+        self, labels: str = "pool=default", num_cpus: int = 2, auth_token: str | None = None
+    ) -> None:
         self.labels = labels
         self.num_cpus = num_cpus
+        # With a token the head runs in Ray's token mode: every request must carry it.
+        self.auth_token = auth_token
         # Short and under /tmp: Ray's unix sockets live below it and paths are length-limited.
         self.root = Path(tempfile.mkdtemp(prefix="akka-ray-", dir="/tmp"))
         self.marker = self.root.name
@@ -146,16 +150,28 @@ class RayHead:
                 continue
         return found
 
+    @property
+    def client_env(self) -> dict[str, str]:
+        """The environment a client of this head (the service) needs."""
+        if self.auth_token:
+            return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.auth_token}
+        return {"RAY_AUTH_MODE": "disabled"}
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+        env.pop("RAY_AUTH_TOKEN_PATH", None)
+        if self.auth_token:
+            env["RAY_AUTH_TOKEN"] = self.auth_token
+        else:
+            env.pop("RAY_AUTH_TOKEN", None)
         env.update(
             {
                 MARKER: self.marker,
                 # Explicit: with the mode unset, a token file in ~/.ray turns token auth on.
-                "RAY_AUTH_MODE": "disabled",
+                "RAY_AUTH_MODE": "token" if self.auth_token else "disabled",
                 "RAY_USAGE_STATS_ENABLED": "0",
                 # A single-node cluster: Ray then binds every server (the client server, the
                 # node's own address) to loopback instead of this host's network address.
@@ -186,9 +202,13 @@ class RayHead:
         raise RuntimeError(f"the Ray head did not get ready in time:\n{self.log()[-4000:]}")
 
     def _ready(self) -> bool:
+        headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
         try:
             nodes = httpx.get(
-                f"{self.dashboard_url}/api/v0/nodes", params={"detail": "1"}, timeout=5
+                f"{self.dashboard_url}/api/v0/nodes",
+                params={"detail": "1"},
+                headers=headers,
+                timeout=5,
             )
             if nodes.status_code != 200:
                 return False
@@ -196,7 +216,8 @@ class RayHead:
             key, _, value = self.labels.partition("=")
             if not any(r["state"] == "ALIVE" and r["labels"].get(key) == value for r in rows):
                 return False
-            return httpx.get(f"{self.dashboard_url}/api/jobs/", timeout=5).status_code == 200
+            jobs = httpx.get(f"{self.dashboard_url}/api/jobs/", headers=headers, timeout=5)
+            return jobs.status_code == 200
         except (httpx.HTTPError, ValueError, KeyError):
             return False
 

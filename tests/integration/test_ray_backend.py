@@ -5,11 +5,13 @@ trains nothing), so they are about the backend and the controller, not about TRL
 
 from __future__ import annotations
 
+import secrets
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 from ray.job_submission import JobSubmissionClient
 
@@ -153,9 +155,13 @@ def test_a_submission_ray_refuses_fails_the_run_with_the_start_sentence(
 def test_a_run_waiting_for_devices_fails_when_the_head_stops(
     trainer_factory: Any, ray_head_factory: Callable[..., RayHead]
 ) -> None:
-    head = ray_head_factory()
+    # This head runs in Ray's token mode: the service reaches it with the token in its
+    # environment, as a deployment on a token-authenticated cluster does.
+    head = ray_head_factory(auth_token=secrets.token_hex(32))
+    assert httpx.get(f"{head.dashboard_url}/api/jobs/", timeout=5).status_code == 401
     trainer = trainer_factory(
-        ray_settings(head, controller={"interval-seconds": 0.2, "unreachable-seconds": 2})
+        ray_settings(head, controller={"interval-seconds": 0.2, "unreachable-seconds": 2}),
+        env=head.client_env,
     )
     ensure_project(trainer, "maths")
     register_dataset(trainer, "maths/train")
