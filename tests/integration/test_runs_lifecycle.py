@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import drop_schema, postgres_schema_url
 from tests.integration.helpers import (
     ensure_project,
     register_dataset,
@@ -227,3 +228,21 @@ def test_logs_show_the_job_output(trainer: Any) -> None:
     wait_phase(trainer, run, "FAILED")
     out = trainer.cli("training", "runs", "logs", run).stdout
     assert "scripted crash at step 2" in out
+
+
+def test_a_run_completes_on_a_postgres_trainer(trainer_factory: Any, postgres_server: str) -> None:
+    schema, url = postgres_schema_url(postgres_server)
+    try:
+        trainer = trainer_factory(scripted_settings(database={"url": url}), env=STEP)
+        assert trainer.cli_json("training", "info")["database"].startswith("postgresql")
+        ensure_project(trainer, "maths")
+        register_dataset(trainer, "maths/train")
+        run = start_run(trainer, sft_plan("maths", "maths/train", steps=4))
+        trainer.cli("training", "runs", "pause", run, "--checkpoint", "save")
+        wait_phase(trainer, run, "PAUSED")
+        trainer.cli("training", "runs", "resume", run)
+        wait_phase(trainer, run, "COMPLETED")
+        assert steps_of(trainer, run) == [1, 2, 3, 4]
+        trainer.close()
+    finally:
+        drop_schema(postgres_server, schema)
