@@ -186,6 +186,7 @@ def test_a_client_that_goes_away_midway_leaves_nothing(trainer: TrainerProcess) 
         wait_until(lambda: any(temp.iterdir()))
     # ...and drops it when the connection goes.
     wait_until(lambda: not any(temp.iterdir()))
+    wait_until(lambda: "an upload to maths/cut stopped before its end" in trainer.log())
     assert blob_files(trainer) == before
     with trainer.client() as admin:
         with pytest.raises(NotFound):
@@ -208,6 +209,8 @@ def test_a_malformed_line_is_refused_with_its_number(
         "  - line 3: is not valid JSON: Expecting value (column 15)",
     ]
     assert blob_files(trainer) == before
+    with trainer.client() as admin, pytest.raises(NotFound):
+        admin.dataset_versions("maths/bad")
 
 
 def test_more_than_twenty_problems_lists_twenty_and_counts_the_rest(
