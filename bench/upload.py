@@ -112,14 +112,17 @@ def run(work: Path, size: int, repeat: int) -> None:
         small = work / "small.jsonl"
         generate(small, MIB)
         client.register_dataset("bench/warmup", small)
-        uploads, growths = [], []
+        uploads, growths, service_cpu, client_cpu = [], [], [], []
         for i in range(repeat):
             base = service.memory_info().rss
+            cpu = (cpu_seconds(service), cpu_seconds(psutil.Process()))
             with RssSampler(service) as sampler:
                 started = time.perf_counter()
                 result = client.register_dataset(f"bench/train-{i}", data)
                 uploads.append(time.perf_counter() - started)
             growths.append(sampler.peak - base)
+            service_cpu.append(cpu_seconds(service) - cpu[0])
+            client_cpu.append(cpu_seconds(psutil.Process()) - cpu[1])
             assert result["rows"] == rows and result["bytes"] == size, result
         client.close()
     finally:
@@ -130,6 +133,10 @@ def run(work: Path, size: int, repeat: int) -> None:
     print(f"upload: {upload:.3f} s ({size / MIB / upload:.0f} MiB/s; runs: {fmt(uploads)})")
     print(
         f"throughput ratio (copy time / upload time): {ratio:.2f}  goal >= 0.8  {verdict(ratio >= 0.8)}"
+    )
+    print(
+        f"CPU during an upload: service {statistics.median(service_cpu):.2f} s, client "
+        f"{statistics.median(client_cpu):.2f} s (user + system, on {os.cpu_count()} cores)"
     )
     print(
         f"service peak RSS growth: {growth / MIB:.1f} MiB (runs: "
@@ -200,6 +207,11 @@ class RssSampler:
         while not self._stop.is_set():
             self.peak = max(self.peak, self.process.memory_info().rss)
             time.sleep(self.every)
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 def fmt(values: list[float]) -> str:

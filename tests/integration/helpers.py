@@ -39,13 +39,20 @@ def scripted_settings(**trainer: Any) -> dict[str, Any]:
 
 
 CHAT_ROWS = [
-    {"messages": [{"role": "user", "content": f"What is {a} + {b}?"}, {"role": "assistant", "content": f"#### {a + b}"}]}
+    {
+        "messages": [
+            {"role": "user", "content": f"What is {a} + {b}?"},
+            {"role": "assistant", "content": f"#### {a + b}"},
+        ]
+    }
     for a in range(1, 9)
     for b in range(1, 6)
 ]
 
 
-def register_dataset(trainer: TrainerProcess, ref: str, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def register_dataset(
+    trainer: TrainerProcess, ref: str, rows: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     path = trainer.home / f"{ref.replace('/', '_')}.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in (rows or CHAT_ROWS)))
     return trainer.cli_json("training", "datasets", "register", ref, "-f", str(path))
@@ -91,7 +98,9 @@ def run_get(trainer: TrainerProcess, run_id: str) -> dict[str, Any]:
     return dict(trainer.cli_json("training", "runs", "get", run_id))
 
 
-def wait_for(trainer: TrainerProcess, run_id: str, predicate: Any, timeout: float = 120.0) -> dict[str, Any]:
+def wait_for(
+    trainer: TrainerProcess, run_id: str, predicate: Any, timeout: float = 120.0
+) -> dict[str, Any]:
     """Poll the run (through the client, not the CLI, to keep polling cheap) until `predicate`."""
     deadline = time.monotonic() + timeout
     with trainer.client() as client:
@@ -100,11 +109,15 @@ def wait_for(trainer: TrainerProcess, run_id: str, predicate: Any, timeout: floa
             if predicate(run):
                 return run
             if time.monotonic() > deadline:
-                raise AssertionError(f"run {run_id} did not get there in {timeout} s: {run['phase']} {run['progress']}\n{trainer.log()[-3000:]}")
+                raise AssertionError(
+                    f"run {run_id} did not get there in {timeout} s: {run['phase']} {run['progress']}\n{trainer.log()[-3000:]}"
+                )
             time.sleep(0.2)
 
 
-def wait_phase(trainer: TrainerProcess, run_id: str, *phases: str, timeout: float = 120.0) -> dict[str, Any]:
+def wait_phase(
+    trainer: TrainerProcess, run_id: str, *phases: str, timeout: float = 120.0
+) -> dict[str, Any]:
     return wait_for(trainer, run_id, lambda r: r["phase"] in phases, timeout)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import drop_schema, postgres_schema_url
 from tests.integration.helpers import (
     ensure_project,
     register_dataset,
@@ -110,8 +111,12 @@ def test_branch_and_continue_start_from_the_snapshot(trainer: Any) -> None:
     wait_phase(trainer, source, "COMPLETED")
     names = [s["name"] for s in trainer.cli_json("training", "runs", "snapshots", source)]
     assert names == ["step-2", "step-4"]
-    branched = trainer.cli_json("training", "runs", "branch", source, "--snapshot", "step-4", "--steps", "3")
-    continued = trainer.cli_json("training", "runs", "continue", source, "--snapshot", "step-4", "--steps", "3")
+    branched = trainer.cli_json(
+        "training", "runs", "branch", source, "--snapshot", "step-4", "--steps", "3"
+    )
+    continued = trainer.cli_json(
+        "training", "runs", "continue", source, "--snapshot", "step-4", "--steps", "3"
+    )
     b = wait_phase(trainer, branched["id"], "COMPLETED")
     c = wait_phase(trainer, continued["id"], "COMPLETED")
     assert b["source"] == {"run": source, "snapshot": "step-4", "kind": "branch"}
@@ -126,7 +131,9 @@ def test_branch_and_continue_start_from_the_snapshot(trainer: Any) -> None:
 
 def test_the_service_killed_during_training_restarts_and_the_run_completes(trainer: Any) -> None:
     run = start_run(trainer, sft_plan("maths", "maths/train", steps=14))
-    wait_for(trainer, run, lambda r: r["phase"] == "TRAINING" and r["progress"]["observedStep"] >= 2)
+    wait_for(
+        trainer, run, lambda r: r["phase"] == "TRAINING" and r["progress"]["observedStep"] >= 2
+    )
     trainer.stop(signal.SIGKILL)
     trainer.start()
     done = wait_phase(trainer, run, "COMPLETED")
@@ -144,8 +151,12 @@ def test_the_service_killed_during_training_restarts_and_the_run_completes(train
         ("sigkill", "host-oom", "killed (SIGKILL)"),
     ],
 )
-def test_a_job_that_dies_without_a_report_gets_a_classified_reason(trainer: Any, mode: str, code: str, words: str) -> None:
-    run = start_run(trainer, sft_plan("maths", "maths/train", steps=6, modelName=f"scripted:{mode}"))
+def test_a_job_that_dies_without_a_report_gets_a_classified_reason(
+    trainer: Any, mode: str, code: str, words: str
+) -> None:
+    run = start_run(
+        trainer, sft_plan("maths", "maths/train", steps=6, modelName=f"scripted:{mode}")
+    )
     failed = wait_phase(trainer, run, "FAILED")
     assert failed["failure"]["code"] == code
     assert words in failed["failure"]["reason"]
@@ -154,15 +165,23 @@ def test_a_job_that_dies_without_a_report_gets_a_classified_reason(trainer: Any,
     assert trainer.cli_json("training", "capacity")["claims"] == []
 
 
-def test_a_backend_that_refuses_launches_ends_with_the_start_failure_sentence(trainer_factory: Any) -> None:
+def test_a_backend_that_refuses_launches_ends_with_the_start_failure_sentence(
+    trainer_factory: Any,
+) -> None:
     trainer = trainer_factory(
-        scripted_settings(local={"python": "/nonexistent/python3", "stop-grace-seconds": 5}, controller={"interval-seconds": 0.2, "start-retries": 2, "retry-base-seconds": 0.1})
+        scripted_settings(
+            local={"python": "/nonexistent/python3", "stop-grace-seconds": 5},
+            controller={"interval-seconds": 0.2, "start-retries": 2, "retry-base-seconds": 0.1},
+        )
     )
     ensure_project(trainer, "maths")
     register_dataset(trainer, "maths/train")
     run = start_run(trainer, sft_plan("maths", "maths/train"))
     failed = wait_phase(trainer, run, "FAILED")
-    assert failed["failure"]["firstLine"] == "this run's job could not be started on the training cluster"
+    assert (
+        failed["failure"]["firstLine"]
+        == "this run's job could not be started on the training cluster"
+    )
     assert "3 tries" in failed["failure"]["reason"]
     assert trainer.cli_json("training", "capacity")["claims"] == []
 
@@ -209,3 +228,21 @@ def test_logs_show_the_job_output(trainer: Any) -> None:
     wait_phase(trainer, run, "FAILED")
     out = trainer.cli("training", "runs", "logs", run).stdout
     assert "scripted crash at step 2" in out
+
+
+def test_a_run_completes_on_a_postgres_trainer(trainer_factory: Any, postgres_server: str) -> None:
+    schema, url = postgres_schema_url(postgres_server)
+    try:
+        trainer = trainer_factory(scripted_settings(database={"url": url}), env=STEP)
+        assert trainer.cli_json("training", "info")["database"].startswith("postgresql")
+        ensure_project(trainer, "maths")
+        register_dataset(trainer, "maths/train")
+        run = start_run(trainer, sft_plan("maths", "maths/train", steps=4))
+        trainer.cli("training", "runs", "pause", run, "--checkpoint", "save")
+        wait_phase(trainer, run, "PAUSED")
+        trainer.cli("training", "runs", "resume", run)
+        wait_phase(trainer, run, "COMPLETED")
+        assert steps_of(trainer, run) == [1, 2, 3, 4]
+        trainer.close()
+    finally:
+        drop_schema(postgres_server, schema)

@@ -274,16 +274,6 @@ def generation_shapes(c: Checked) -> list[Problem]:
                 f"{c.method} compares completions of the same prompt, so set it to 2 or more.",
             )
         )
-    completions = rl.prompts_per_step * rl.generations_per_prompt
-    if completions % c.gpus != 0:
-        out.append(
-            Problem(
-                "config.rlHyperparams.generationsPerPrompt",
-                f"promptsPerStep x generationsPerPrompt ({completions} completions a step) must "
-                f"be divisible by execution.gpus ({c.gpus}) so every device generates an equal "
-                "share; change generationsPerPrompt or promptsPerStep.",
-            )
-        )
     return out
 
 
@@ -318,9 +308,9 @@ def verl_kl_with_source(c: Checked) -> list[Problem]:
         Problem(
             "config.rlHyperparams.klBeta",
             f"config.rlHyperparams.klBeta is {rl.kl_beta:g}, but this run starts from another "
-            "run's adapter: under verl the reference policy is the base model, so a KL penalty "
-            "would pull the run toward the base model rather than toward the adapter it started "
-            "from. Set klBeta to 0.",
+            "run's adapter, and verl's reference policy is the base model, so a KL penalty would "
+            "pull the run toward the base model rather than toward the adapter it started from. "
+            "Set klBeta to 0.",
         )
     ]
 

@@ -32,6 +32,8 @@ def register(
     """Stream a JSONL file into a new version of PROJECT/NAME (the same content registers
     once)."""
     source, size = _open(file)
+    # A streamed body cannot be sent twice: make sure the token is good before streaming.
+    state.client().whoami()
     try:
         with _progress(size) as advance:
             result = state.client().register_dataset(

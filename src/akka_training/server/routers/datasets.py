@@ -8,6 +8,7 @@ that already holds the same content. A reference's tag travels in the last path 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -20,6 +21,7 @@ from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.deps import caller as identify
 from akka_training.server.services import datasets as service
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1")
 
 
@@ -33,6 +35,7 @@ async def register(
             ctx, principal, project, name, alias, request.stream(), _declared_length(request)
         )
     except ClientDisconnect:
+        log.info("an upload to %s/%s stopped before its end; nothing was kept", project, name)
         return Response(status_code=400)  # nobody is left to read it
     except AkkaError as exc:
         # The client may still be sending. Closing the connection after the answer stops it,

@@ -10,6 +10,7 @@ version they are admitted with. A version's content lives in the blob store unde
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,13 +20,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from akka_training.core.errors import Conflict, InvalidRequest, NotFound
+from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound
 from akka_training.core.refs import BadReference, Ref, parse_ref, valid_name
 from akka_training.server.auth import Principal
 from akka_training.server.context import AppContext
 from akka_training.server.dataset_intake import Intake, receive_dataset
 from akka_training.server.services.projects import get_project_row
 from akka_training.storage.models import DatasetAlias, DatasetVersion
+
+log = logging.getLogger(__name__)
 
 _ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _VERSION_TAG_RE = re.compile(r"^v[0-9]+$")
@@ -114,13 +117,26 @@ async def register_dataset(
     if alias is not None:
         check_alias(alias)
     await run_in_threadpool(_require_project, ctx, project)
-    intake = await receive_dataset(
-        body, ctx.blobs, ctx.settings.trainer.datasets.max_bytes, declared_bytes
-    )
     try:
-        return await run_in_threadpool(_commit, ctx, project, name, alias, intake)
+        intake = await receive_dataset(
+            body, ctx.blobs, ctx.settings.trainer.datasets.max_bytes, declared_bytes
+        )
+    except AkkaError as exc:
+        log.info("refused an upload to %s/%s: %s", project, name, exc.message.splitlines()[0])
+        raise
+    try:
+        result = await run_in_threadpool(_commit, ctx, project, name, alias, intake)
     finally:
         ctx.blobs.delete(intake.staged_key)
+    log.info(
+        "%s %s (%d rows, %d bytes, sha256:%s)",
+        "registered" if result["created"] else "already held",
+        result["ref"],
+        intake.rows,
+        intake.bytes,
+        intake.sha256[:12],
+    )
+    return result
 
 
 def list_datasets(

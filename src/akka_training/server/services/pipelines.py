@@ -16,7 +16,7 @@ from akka_training.controller.transitions import event
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, PlanRefused, Problem
 from akka_training.core.parsing import parse_plan
 from akka_training.core.phases import TERMINAL, Phase
-from akka_training.core.plans import PipelinePlan
+from akka_training.core.plans import RL_METHODS, PipelinePlan
 from akka_training.core.refs import stage_of, valid_name
 from akka_training.core.validation import Checked, validate
 from akka_training.server.auth import Principal
@@ -31,6 +31,7 @@ from akka_training.server.services.plans import (
     resolve_run,
 )
 from akka_training.server.services.run_views import run_json
+from akka_training.server.services.stage_outputs import stage_output_dataset
 from akka_training.storage.models import Pipeline, Run
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,17 @@ def check_stages(
         entry: dict[str, Any] = {"name": stage.name, "type": stage.type}
         from_stage = checked.dataset_from_stage
         if from_stage is not None:
+            producer = next(s for s in plan.stages if s.name == from_stage)
+            if producer.config.method not in RL_METHODS:
+                problems.append(
+                    Problem(
+                        f"stages[{i}].config.dataset",
+                        f"stage {stage.name}: config.dataset @{from_stage} names an sft stage; only "
+                        "grpo and gspo stages produce a dataset (the best completion of each "
+                        "prompt they scored). Use a registered dataset or a reinforcement stage.",
+                    )
+                )
+        if from_stage is not None:
             entry["omitted"] = (
                 f"trains on the output of stage {from_stage}, which has no registered dataset "
                 "to resolve until that stage runs"
@@ -154,6 +166,16 @@ def _start_stage(
 ) -> Run | None:
     stage = plan.stages[index]
     run_plan = stage.as_run_plan(plan.project)
+    producer = stage_of(run_plan.config.dataset)
+    if producer is not None:
+        try:
+            ref = stage_output_dataset(
+                session, ctx, pipeline.id, producer, session.get(Run, done[producer])
+            )  # type: ignore[arg-type]
+        except AkkaError as exc:
+            _end(session, pipeline, "FAILED", f"stage {stage.name} could not start: {exc.message}")
+            return None
+        run_plan.config.dataset = ref
     binding = StageBinding(earlier=[s.name for s in plan.stages[:index]], runs=done)
     principal = Principal("controller", "controller", "admin", None)
     try:
