@@ -63,10 +63,15 @@ def job_info(head: RayHead, run_id: str, attempt: int) -> Any:
     return ray_jobs(head).get_job_info(f"akka-{run_id}-{attempt}")
 
 
-def ended_after_its_report(info: Any) -> bool:
-    """A job that sent its final report and ended. Ray learns of the exit a moment after the
-    service learns of the report, and the controller stops a job whose run has ended while it
-    still runs, so such a job shows as SUCCEEDED or, as often, STOPPED."""
+def ended_after_its_report(head: RayHead, run_id: str, attempt: int) -> bool:
+    """Whether the attempt's job sent its final report and ended. Ray learns of the exit a
+    moment after the service learns of the report, and the controller stops a job whose run has
+    ended while it still runs, so such a job ends SUCCEEDED or, as often, STOPPED."""
+    deadline = time.monotonic() + 30
+    info = job_info(head, run_id, attempt)
+    while info.status in ("PENDING", "RUNNING") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        info = job_info(head, run_id, attempt)
     return info.status in ("SUCCEEDED", "STOPPED") and info.driver_exit_code in (0, None)
 
 
@@ -86,8 +91,8 @@ def test_a_run_trains_as_a_ray_job_and_completes(trainer: Any, ray_head: RayHead
     done = wait_phase(trainer, run, "COMPLETED", timeout=90)
     assert done["attempt"] == 1
     assert steps_of(trainer, run) == [1, 2, 3, 4]
+    assert ended_after_its_report(ray_head, run, 1)
     info = job_info(ray_head, run, 1)
-    assert ended_after_its_report(info)
     assert info.metadata["akka.run"] == run and info.metadata["akka.pool"] == "default"
     assert info.entrypoint.startswith(
         f"exec {sys.executable} -m akka_training.backends.ray.bootstrap"
@@ -109,13 +114,13 @@ def test_pause_save_then_resume_runs_a_second_ray_job(trainer: Any, ray_head: Ra
     paused = wait_phase(trainer, run, "PAUSED")
     saved = paused["progress"]["savedStep"]
     assert saved == paused["progress"]["observedStep"] >= 3
-    assert ended_after_its_report(job_info(ray_head, run, 1))
+    assert ended_after_its_report(ray_head, run, 1)
     assert trainer.cli_json("training", "capacity")["claims"] == []
     trainer.cli("training", "runs", "resume", run)
     done = wait_phase(trainer, run, "COMPLETED", timeout=90)
     assert done["attempt"] == 2
     assert steps_of(trainer, run) == list(range(1, 11))
-    assert ended_after_its_report(job_info(ray_head, run, 2))
+    assert ended_after_its_report(ray_head, run, 2)
 
 
 def test_cancel_while_training_stops_the_ray_job(trainer: Any, ray_head: RayHead) -> None:
