@@ -183,10 +183,8 @@ def test_a_run_waiting_for_devices_fails_when_the_head_stops(
 # --- the backend alone against the head -------------------------------------------------------
 
 
-def _backend(head: RayHead, label: str = "default") -> RayBackend:
-    settings = RaySettings(
-        address=head.dashboard_url, python=sys.executable, work_dir=str(head.jobs_dir)
-    )
+def _backend(head: RayHead, label: str = "default", python: str = sys.executable) -> RayBackend:
+    settings = RaySettings(address=head.dashboard_url, python=python, work_dir=str(head.jobs_dir))
     return RayBackend(settings, [PoolSpec("default", "cpu", 1, 1, None, label)])
 
 
@@ -236,3 +234,17 @@ def test_ray_refuses_a_label_selector_and_unknown_jobs_are_missing(ray_head: Ray
     assert backend.status(unknown).state == "missing"
     assert backend.logs(unknown) == ("", 0)
     backend.stop(unknown, 5)
+
+
+def test_an_interpreter_missing_on_the_node_is_a_failed_job_not_a_refusal(
+    ray_head: RayHead,
+) -> None:
+    backend = _backend(ray_head, python="/nonexistent/bin/python3")
+    handle = backend.launch(_request(f"r-nopython-{time.monotonic_ns()}", {}))
+    deadline = time.monotonic() + 60
+    while (status := backend.status(handle)).state == "running":
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.2)
+    assert (status.state, status.exit_code) == ("exited", 127)
+    assert "trainer.ray.python" in (status.detail or "")
+    assert "/nonexistent/bin/python3: not found" in backend.logs(handle)[0]

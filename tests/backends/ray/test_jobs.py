@@ -55,6 +55,12 @@ def test_a_failed_job_keeps_its_exit_code() -> None:
     )
 
 
+def test_an_interpreter_the_node_does_not_have_is_named() -> None:
+    status = job_status("FAILED", 127, "JOB_ENTRYPOINT_COMMAND_ERROR", "failed")
+    assert status.exit_code == 127
+    assert "trainer.ray.python" in (status.detail or "")
+
+
 def test_a_job_killed_by_a_signal_reports_the_signal() -> None:
     status = job_status("FAILED", -9, "JOB_ENTRYPOINT_COMMAND_ERROR", "failed")
     assert status.state == "exited" and status.signal == signal.SIGKILL

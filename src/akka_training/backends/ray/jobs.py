@@ -28,6 +28,13 @@ _ERROR_LINE = re.compile(r"^\s*((?:[\w.]+)?(?:Error|Exception)): (.+)$", re.M)
 # head that is down: transient, as a connection error is.
 _NOT_READY = re.compile(r"No available agent|agent.*not (?:ready|available)", re.I)
 _GATEWAY_CODES = {502, 503, 504}
+# Exit codes of the shell that runs the entrypoint when it cannot start the interpreter.
+_SHELL_CODES = {
+    126: "exit code 126: the entrypoint's interpreter is not executable on the Ray node; "
+    "trainer.ray.python must name an interpreter there",
+    127: "exit code 127: the entrypoint's interpreter was not found on the Ray node; "
+    "trainer.ray.python must name an interpreter there",
+}
 
 
 def job_status(
@@ -51,7 +58,7 @@ def job_status(
             # The entrypoint execs the job, so a job killed by a signal shows as -N.
             if exit_code < 0:
                 return JobStatus("exited", None, -exit_code)
-            return JobStatus("exited", exit_code)
+            return JobStatus("exited", exit_code, detail=_SHELL_CODES.get(exit_code))
         detail = _first_lines(message, 6)
         if error_type == SUPERVISOR_DIED:
             return JobStatus("missing", detail=f"Ray lost the job ({error_type}): {detail}")
