@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from ray.job_submission import JobSubmissionClient
 
 from akka_training.backends.base import LaunchRefused, LaunchRequest
 from akka_training.backends.ray import RayBackend
@@ -55,7 +54,11 @@ def ray_settings(
     return settings
 
 
-def ray_jobs(head: RayHead) -> JobSubmissionClient:
+def ray_jobs(head: RayHead) -> Any:
+    """Ray's own job client, to see the cluster's side. Imported here so that a test
+    environment without Ray fails on the head fixture's message, not on this import."""
+    from ray.job_submission import JobSubmissionClient
+
     return JobSubmissionClient(head.dashboard_url)
 
 
