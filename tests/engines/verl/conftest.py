@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import akka_training
 from akka_training.core.resolved import JobSpec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -27,26 +29,40 @@ def verl_python() -> Path | None:
     return candidate if candidate.exists() else None
 
 
+@dataclass(frozen=True)
+class VerlEnv:
+    """verl's interpreter, with our package (the one these tests import) on its path, as the
+    engine arranges it (`engine._link_package`)."""
+
+    python: Path
+    pylib: Path
+
+    def run(
+        self, args: list[str], *, timeout: float = 180, env: dict[str, str] | None = None, **kw: Any
+    ) -> subprocess.CompletedProcess[str]:
+        full_env = {**os.environ, "PYTHONPATH": str(self.pylib), "HYDRA_FULL_ERROR": "1"}
+        full_env.update(env or {})
+        return subprocess.run(
+            [str(self.python), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+            **kw,
+        )
+
+
 @pytest.fixture(scope="session")
-def verl_env() -> Path:
+def verl_env(tmp_path_factory: pytest.TempPathFactory) -> VerlEnv:
     python = verl_python()
     if python is None:
         pytest.skip(
             "verl's environment is not built: run scripts/setup-verl-env.sh (or set "
             "AKKA_VERL_PYTHON) to run the tests that call verl itself"
         )
-    return python
-
-
-def run_in_verl(
-    python: Path, args: list[str], *, timeout: float = 120, **kw: Any
-) -> subprocess.CompletedProcess[str]:
-    """Run verl's interpreter with our package importable and verl's logs quiet."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HYDRA_FULL_ERROR": "1"}
-    env.update(kw.pop("env", {}))
-    return subprocess.run(
-        [str(python), *args], capture_output=True, text=True, timeout=timeout, env=env, **kw
-    )
+    pylib = tmp_path_factory.mktemp("pylib")
+    (pylib / "akka_training").symlink_to(Path(akka_training.__file__).parent)
+    return VerlEnv(python, pylib)
 
 
 def make_spec(

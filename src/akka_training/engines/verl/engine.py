@@ -167,7 +167,7 @@ def _link_package(paths: VerlPaths) -> None:
     link = paths.pylib / "akka_training"
     if link.is_symlink() or link.exists():
         link.unlink()
-    link.symlink_to(Path(akka_training.__file__).resolve().parent, target_is_directory=True)
+    link.symlink_to(Path(akka_training.__file__).absolute().parent, target_is_directory=True)
 
 
 def _write_datasets(spec: JobSpec, paths: VerlPaths, blobs: BlobStore) -> data.WrittenDataset:

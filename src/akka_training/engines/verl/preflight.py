@@ -9,7 +9,8 @@ It composes verl's trainer configuration with the overrides exactly as
 ``verl.trainer.main_ppo`` does (same config directory, same ``ppo_trainer`` root), then runs the
 checks ``main_ppo`` runs before it starts Ray: ``validate_config`` (batch divisibility, micro
 batch sizes, actor settings, the LoRA rank vLLM accepts) and the loading of the custom reward
-function. It prints one JSON line per configuration, ``{"ok", "error", "skipped", "values"}``,
+function. It prints one JSON line per configuration, ``{"ok", "error", "skipped", "values",
+"flashAttention"}``,
 and exits 0 when every configuration passed, 1 when verl refused one.
 
 `skipped` names the checks that need packages a CPU environment lacks: verl's LoRA-rank check
@@ -97,7 +98,14 @@ def check(overrides: list[str]) -> dict[str, Any]:
             "values": {},
         }
     values = {key: _plain(OmegaConf.select(config, key)) for key in ECHOED}
-    return {"ok": True, "error": None, "skipped": skipped, "values": values}
+    return {
+        "ok": True,
+        "error": None,
+        "skipped": skipped,
+        "values": values,
+        # Whether the training model can use FlashAttention 2 here (see overrides.Attention).
+        "flashAttention": find_spec("flash_attn") is not None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
