@@ -78,6 +78,7 @@ def make_spec(
     max_seq_length: int | None = 1024,
     terms: list[dict[str, Any]] | None = None,
     model_path: str = "/models/tiny-chat",
+    save_every: int = 2,
 ) -> JobSpec:
     """A resolved grpo/gspo plan as the service hands it to a verl job."""
     dataset = {
@@ -122,7 +123,7 @@ def make_spec(
                 ]
             },
         },
-        "execution": {"gpus": gpus, "saveEvery": 2},
+        "execution": {"gpus": gpus, "saveEvery": save_every},
     }
     if eval_dataset:
         settings["evalDataset"] = {

@@ -312,6 +312,7 @@ class _Progress:
         if spec.resume is None and source is not None and source.kind == "continue":
             start = source.step
         self.step = start  # the latest step verl completed
+        self.reported_step = start  # the latest step reported to the service
         self.snapshot_step = start  # the latest step saved as a snapshot
         self.snapshot_weights: str | None = None
         self.adapter_modules: list[str] = []
@@ -418,6 +419,7 @@ def _report_steps(
         if step_rollouts is not None and step_rollouts.rollouts:
             _report_rollouts(spec, blobs, reporter, joiner, step_rollouts)
         del progress.pending[number]
+        progress.reported_step = number
 
 
 def _report_rollouts(
@@ -453,10 +455,24 @@ def _take_snapshot(
     env: dict[str, str],
     progress: _Progress,
 ) -> None:
-    """Turn verl's newest checkpoint, if it is new, into a snapshot."""
-    step = snapshots.latest_step(paths.checkpoints)
-    if step is None or step <= progress.snapshot_step:
-        return
+    """Turn each checkpoint verl completed since the last snapshot into a snapshot, in order,
+    once its step was reported (verl saves before it logs the step)."""
+    for step in snapshots.new_checkpoints(paths.checkpoints, after=progress.snapshot_step):
+        if step > progress.reported_step:
+            return
+        _snapshot(spec, paths, blobs, reporter, python, env, progress, step)
+
+
+def _snapshot(
+    spec: JobSpec,
+    paths: VerlPaths,
+    blobs: BlobStore,
+    reporter: HttpReporter,
+    python: Path,
+    env: dict[str, str],
+    progress: _Progress,
+    step: int,
+) -> None:
     keys = snapshots.snapshot_keys(spec.run_id, step)
     checkpoint = paths.checkpoint(step)
     try:

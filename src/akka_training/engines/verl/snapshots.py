@@ -63,6 +63,16 @@ def latest_step(checkpoints: Path) -> int | None:
         return None
 
 
+def new_checkpoints(checkpoints: Path, *, after: int) -> list[int]:
+    """Steps of the complete checkpoints later than `after`, in order (a checkpoint is complete
+    once verl's latest-iteration file has reached its step)."""
+    latest = latest_step(checkpoints)
+    if latest is None or latest <= after:
+        return []
+    steps = [_step_of(p) for p in checkpoints.glob("global_step_*")]
+    return sorted(s for s in steps if s is not None and after < s <= latest)
+
+
 def save_training_state(
     blobs: BlobStore, key: str, checkpoint: Path, *, step: int, gpus: int
 ) -> list[str]:
@@ -80,7 +90,8 @@ def restore_training_state(
     through the latest-iteration file). Refuses a checkpoint saved on another GPU count. Later
     checkpoints left by an earlier attempt are removed: the run resumes from `step`."""
     for stale in checkpoints.glob("global_step_*"):
-        if stale.name.removeprefix("global_step_").isdigit() and int(stale.name[12:]) > step:
+        stale_step = _step_of(stale)
+        if stale_step is not None and stale_step > step:
             shutil.rmtree(stale, ignore_errors=True)
     target = checkpoints / f"global_step_{step}"
     if _manifest_gpus(target) == gpus:  # still here from an earlier attempt on this host
@@ -176,3 +187,8 @@ def _manifest_gpus(checkpoint: Path) -> int | None:
         return int(json.loads((checkpoint / MANIFEST).read_text())["gpus"])
     except (FileNotFoundError, KeyError, ValueError):
         return None
+
+
+def _step_of(checkpoint: Path) -> int | None:
+    number = checkpoint.name.removeprefix("global_step_")
+    return int(number) if number.isdigit() else None
