@@ -2,10 +2,12 @@
 
 from datetime import UTC, datetime
 
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from sqlalchemy import select
 
 from akka_training.storage.db import Database
-from akka_training.storage.models import Project, Run, Token
+from akka_training.storage.models import Base, Project, Run, Token
 
 
 def test_migrations_are_idempotent_and_rows_round_trip(database: Database) -> None:
@@ -26,8 +28,17 @@ def test_json_columns_and_timestamps(database: Database) -> None:
         s.add(Project(name="p"))
         s.add(
             Run(
-                id="r1", project="p", method="sft", engine="trl", base_model="m", dataset="p/d:v1",
-                pool="default", gpus=1, plan={"kind": "run"}, settings={"a": [1, 2]}, phase="QUEUED",
+                id="r1",
+                project="p",
+                method="sft",
+                engine="trl",
+                base_model="m",
+                dataset="p/d:v1",
+                pool="default",
+                gpus=1,
+                plan={"kind": "run"},
+                settings={"a": [1, 2]},
+                phase="QUEUED",
                 phase_since=datetime(2026, 1, 1, tzinfo=UTC),
             )
         )
@@ -48,3 +59,8 @@ def test_a_failed_transaction_leaves_nothing(database: Database) -> None:
         pass
     with database.session() as s:
         assert s.get(Project, "q") is None
+
+
+def test_the_migrations_build_exactly_the_models(database: Database) -> None:
+    with database.engine.connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
