@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from akka_training.blobstore.local import LocalBlobStore
 from akka_training.engines.reporter import HttpReporter
 from akka_training.engines.verl import snapshots
 from akka_training.engines.verl.engine import run_verl
 from akka_training.rewards.rollouts import read_step_file
+from akka_training.telemetry.job_metrics import JobTelemetry
+from akka_training.telemetry.otel import job_resource_from_spec
 from tests.engines.verl.conftest import FIXTURES, make_spec
 
 Decide = Callable[[str, dict[str, Any]], str]
@@ -95,7 +98,7 @@ def job(
     )
 
     def run(
-        mode: str = "", step_seconds: str = "0.05", **spec_kwargs: Any
+        mode: str = "", step_seconds: str = "0.05", telemetry: Any = None, **spec_kwargs: Any
     ) -> tuple[int, LocalBlobStore]:
         monkeypatch.setenv("FAKE_VERL_MODE", mode)
         monkeypatch.setenv("FAKE_VERL_STEP_SECONDS", step_seconds)
@@ -106,7 +109,14 @@ def job(
             service.url, spec.run_id, spec.attempt, "token", patience=10, heartbeat_seconds=60
         )
         try:
-            code = run_verl(spec, reporter, blobs, workdir=tmp_path / "run", verl_python=python)
+            code = run_verl(
+                spec,
+                reporter,
+                blobs,
+                workdir=tmp_path / "run",
+                verl_python=python,
+                telemetry=telemetry(spec) if telemetry else None,
+            )
         finally:
             reporter.close()
         return code, blobs
@@ -251,3 +261,44 @@ def test_missing_verl_environment(service: Service, tmp_path: Path) -> None:
     assert code == 1
     failed = service.of("failed")[0]
     assert failed["code"] == "job-start-failed" and "setup-verl-env.sh --gpu" in failed["detail"]
+
+
+def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
+    reader = InMemoryMetricReader()
+    made: list[JobTelemetry] = []
+
+    def telemetry(spec: Any) -> JobTelemetry:
+        made.append(
+            JobTelemetry(
+                job_resource_from_spec(spec),
+                None,
+                tmp_path / "artifacts",
+                metric_readers=[reader],
+                tensorboard=False,
+            )
+        )
+        return made[0]
+
+    code, _ = job(telemetry=telemetry, rl={"training": {"maxSteps": 3}})
+    made[0].shutdown()
+    assert code == 0
+    points = {
+        m.name: m.data.data_points
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert points["akka.optimize.training.rl.step.count"][0].value == 3
+    timing = {
+        p.attributes["akka.optimize.training.reward.term"]: p.count
+        for p in points["akka.optimize.training.reward.term.timing"]
+    }
+    assert timing == {"correct": 24, "format": 24}  # 3 steps x 8 rollouts, each term
+    assert points["akka.optimize.training.rl.rollout.reward"][0].count == 24
+    phases = {
+        p.attributes["akka.optimize.training.step.phase"]
+        for p in points["akka.optimize.training.rl.step.timing"]
+    }
+    assert phases == {"generation", "reward", "update"}
+    lines = (tmp_path / "artifacts" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and "policy_loss" in lines[0]

@@ -1,6 +1,7 @@
 """The verl engine: one attempt of a grpo or gspo run, from the resolved plan to its last report.
 
-    run_verl(spec, reporter, blobs, *, workdir=None, verl_python=None, bundle_resolver=None) -> int
+    run_verl(spec, reporter, blobs, *, workdir=None, verl_python=None, bundle_resolver=None,
+             telemetry=None) -> int
 
 The job entry point calls it after it sent ``started``. It:
 
@@ -19,7 +20,10 @@ The job entry point calls it after it sent ``started``. It:
    ``stopped`` or ``failed`` (a `FailureReason` and a detail).
 
 It returns the job's exit code (0 finished or stopped, 1 failed) and raises only on a
-programming error, which the caller reports as ``training-error``. `workdir` should be one
+programming error, which the caller reports as ``training-error``. With `telemetry` (the job's
+`JobTelemetry`, built and shut down by the caller) each step is also published there: its
+figures, the reward terms' timings, failures and judge tokens, and the rollout histograms; a
+stall sets the stalled gauge. `workdir` should be one
 directory per run (a resume on the same host then finds verl's checkpoints without downloading
 them); by default it is ``verl`` under the working directory. `bundle_resolver` turns a rule
 term's bundle reference into its unpacked directory (the same one the TRL engine gets).
@@ -33,6 +37,7 @@ import os
 import re
 import subprocess
 import time
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -70,10 +75,12 @@ from akka_training.engines.verl.paths import VerlPaths
 from akka_training.engines.verl.records import setup_error
 from akka_training.engines.verl.reward_config import CONFIG_ENV, bundle_refs, reward_config_for
 from akka_training.engines.verl.rollouts import RolloutJoiner, StepRollouts
+from akka_training.rewards.figures import histogram_values
 from akka_training.rewards.figures import step_figures as rollout_figures
 from akka_training.rewards.inputs import RewardSetupError
 from akka_training.rewards.rollouts import step_summary, write_step_file
 from akka_training.rewards.scorer import RewardScorer
+from akka_training.telemetry.job_metrics import JobTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +110,7 @@ def run_verl(
     workdir: Path | None = None,
     verl_python: Path | None = None,
     bundle_resolver: BundleResolver | None = None,
+    telemetry: JobTelemetry | None = None,
 ) -> int:
     """Train one attempt of a grpo/gspo run with verl; see the module docstring."""
     paths = VerlPaths(workdir or Path.cwd() / "verl", spec.attempt)
@@ -113,7 +121,9 @@ def run_verl(
         reporter.training(
             TrainingReport(total_steps=plan_sizes(spec).total_steps, data_fit=data_fit)
         )
-        return _train(spec, paths, blobs, reporter, python, overrides, env)
+        if telemetry is not None:
+            telemetry.training("rl")
+        return _train(spec, paths, blobs, reporter, telemetry, python, overrides, env)
     except _Failure as failure:
         log.error("verl run failed: %s", failure.detail)
         reporter.failed(FailedReport(code=failure.reason.value, detail=failure.detail))
@@ -325,6 +335,7 @@ def _train(
     paths: VerlPaths,
     blobs: BlobStore,
     reporter: HttpReporter,
+    telemetry: JobTelemetry | None,
     python: Path,
     overrides: list[str],
     env: dict[str, str],
@@ -351,7 +362,11 @@ def _train(
                 for step in event.steps:
                     progress.pending[step.step] = (step, time.monotonic())
                     progress.step = max(progress.step, step.step)
+                if telemetry is not None:
+                    telemetry.stalled(False)
             elif isinstance(event, Stalled):
+                if telemetry is not None:
+                    telemetry.stalled(True)
                 log.warning(
                     "verl completed no step for %.0f s (last step %s)",
                     event.seconds,
@@ -359,7 +374,9 @@ def _train(
                 )
             final = isinstance(event, Exited)
             # 2. report steps, rollouts and snapshots, in order
-            _report_steps(spec, blobs, reporter, joiner, progress, sizes.total_steps, final=final)
+            _report_steps(
+                spec, blobs, reporter, telemetry, joiner, progress, sizes.total_steps, final=final
+            )
             _take_snapshot(spec, paths, blobs, reporter, python, env, progress)
             if final:
                 return _finish(spec, paths, reporter, progress, event.returncode)
@@ -390,6 +407,7 @@ def _report_steps(
     spec: JobSpec,
     blobs: BlobStore,
     reporter: HttpReporter,
+    telemetry: JobTelemetry | None,
     joiner: RolloutJoiner,
     progress: _Progress,
     total_steps: int,
@@ -416,10 +434,38 @@ def _report_steps(
             if step_rollouts.unmatched:
                 figures["rollouts/without_record"] = float(step_rollouts.unmatched)
         reporter.report_step(StepReport(step=number, total_steps=total_steps, metrics=figures))
+        if telemetry is not None:
+            _publish(telemetry, number, figures, step_rollouts)
         if step_rollouts is not None and step_rollouts.rollouts:
             _report_rollouts(spec, blobs, reporter, joiner, step_rollouts)
         del progress.pending[number]
         progress.reported_step = number
+
+
+def _publish(
+    telemetry: JobTelemetry, step: int, figures: dict[str, float], rollouts: StepRollouts | None
+) -> None:
+    """A step's figures, and what the reward records say, as the job's metrics."""
+    telemetry.step("rl", step, figures)
+    if rollouts is None or not rollouts.rollouts:
+        return
+    timings: dict[str, list[float]] = defaultdict(list)
+    failures: Counter[tuple[str, str]] = Counter()
+    prompt_tokens: Counter[str] = Counter()
+    completion_tokens: Counter[str] = Counter()
+    for record in rollouts.records:
+        for term, seconds in record.term_seconds.items():
+            timings[term].append(seconds)
+        failures.update(record.failures.items())
+        prompt_tokens.update(record.judge_prompt_tokens)
+        completion_tokens.update(record.judge_completion_tokens)
+    telemetry.reward_stats(
+        timings=timings,
+        failures=failures,
+        judge_prompt_tokens=prompt_tokens,
+        judge_completion_tokens=completion_tokens,
+    )
+    telemetry.histograms(histogram_values(rollouts.rollouts))
 
 
 def _report_rollouts(

@@ -24,10 +24,10 @@ were completed since the last call; `step_figures` renames verl's names to ours:
 | kl                              | actor/kl_loss (klBeta above 0)                  |
 | clip_ratio/region_mean          | actor/pg_clipfrac                               |
 | learning_rate, grad_norm        | actor/lr, actor/grad_norm                       |
-| memory/allocated, memory/reserved | perf/max_memory_allocated_gb, ..._reserved_gb (bytes) |
+| memory/peak, memory/reserved   | perf/max_memory_allocated_gb, ..._reserved_gb   |
 | eval/reward/mean                | val-core/<source>/reward/mean@N                 |
 
-``perf/throughput`` is per GPU (tokens / (time x GPUs)); ``tokens_per_second`` is the whole
+Memory figures are bytes (verl logs GiB). ``perf/throughput`` is per GPU (tokens / (time x GPUs)); ``tokens_per_second`` is the whole
 job's, as under TRL. verl counts the tokens clipped by the policy ratio at either bound in one
 figure, so there is no low/high split. verl 0.9.1's V1 trainer scores rollouts inside the
 generation phase (its reward loop runs beside the rollout), so ``timing_s/reward`` is usually
@@ -71,7 +71,7 @@ RENAMED: dict[str, str] = {
 }
 # verl reports these in GiB; our memory figures are bytes.
 MEMORY_GIB: dict[str, str] = {
-    "perf/max_memory_allocated_gb": "memory/allocated",
+    "perf/max_memory_allocated_gb": "memory/peak",
     "perf/max_memory_reserved_gb": "memory/reserved",
 }
 

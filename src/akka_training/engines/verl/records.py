@@ -39,6 +39,9 @@ class RewardRecord:
     term_seconds: dict[str, float]
     failures: dict[str, str] = field(default_factory=dict)
     explanations: dict[str, str] = field(default_factory=dict)
+    # Tokens each judge term's model read and wrote for this rollout.
+    judge_prompt_tokens: dict[str, int] = field(default_factory=dict)
+    judge_completion_tokens: dict[str, int] = field(default_factory=dict)
 
     def to_line(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False) + "\n"

@@ -56,8 +56,9 @@ async def compute_score(
     rollout = scoring.rollout_input(solution_str, ground_truth, info)
     async with scoring.gate():
         started, clock = time.time(), time.perf_counter()
-        scored = (await scoring.scorer.score_async([rollout])).rollouts[0]
+        batch = await scoring.scorer.score_async([rollout])
         seconds = time.perf_counter() - clock
+    scored = batch.rollouts[0]
     scoring.writer.write(
         RewardRecord(
             started=started,
@@ -75,6 +76,8 @@ async def compute_score(
             term_seconds=dict(scored.seconds),
             failures=dict(scored.failures),
             explanations=dict(scored.explanations),
+            judge_prompt_tokens=dict(batch.stats.judge_prompt_tokens),
+            judge_completion_tokens=dict(batch.stats.judge_completion_tokens),
         )
     )
     return {"score": float(scored.score)} | {

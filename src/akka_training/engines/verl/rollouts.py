@@ -56,6 +56,8 @@ class StepRollouts:
     reward_seconds: float | None
     # Rollouts of the dump without a reward record.
     unmatched: int
+    # The reward records of the step's rollouts (for the reward timing and failure metrics).
+    records: list[RewardRecord]
 
 
 def read_dump(path: Path) -> list[DumpRow] | None:
@@ -128,6 +130,7 @@ class RolloutJoiner:
             rollouts=rollouts,
             reward_seconds=_busy_seconds(used) if used else None,
             unmatched=len(rows) - len(used),
+            records=used,
         )
 
     # --- helpers ------------------------------------------------------------------------------
