@@ -1,6 +1,7 @@
 """The verl engine's whole flow against a stand-in for verl's interpreter
 (``fixtures/fake_verl.py``: verl's files, from fixtures verl's own code produced), a real
-`HttpReporter` talking to a recording service on loopback, and a local blob store.
+`HttpReporter` talking to a recording service on loopback (`smoke.RecordingService`), and a
+local blob store.
 
 What verl itself does with the configuration is covered by test_verl_config.py; what a GPU run
 does by scripts/gpu-smoke-verl.sh."""
@@ -9,9 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,63 +21,23 @@ from akka_training.blobstore.local import LocalBlobStore
 from akka_training.engines.reporter import HttpReporter
 from akka_training.engines.verl import snapshots
 from akka_training.engines.verl.engine import run_verl
+from akka_training.engines.verl.smoke import RecordingService
 from akka_training.rewards.rollouts import read_step_file
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.telemetry.otel import job_resource_from_spec
 from tests.engines.verl.conftest import FIXTURES, make_spec
 
-Decide = Callable[[str, dict[str, Any]], str]
-
-
-class Service:
-    """Records the job's reports; answers each with the directive `decide` picks."""
-
-    def __init__(self) -> None:
-        self.reports: list[tuple[str, dict[str, Any]]] = []
-        self.decide: Decide = lambda kind, body: "continue"
-        service = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                kind = self.path.rsplit("/", 1)[-1]
-                service.reports.append((kind, body))
-                answer = json.dumps({"action": service.decide(kind, body)}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def kinds(self) -> list[str]:
-        return [k for k, _ in self.reports if k != "heartbeat"]
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [b for k, b in self.reports if k == kind]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
 
 @pytest.fixture
-def service() -> Iterator[Service]:
-    s = Service()
+def service() -> Iterator[RecordingService]:
+    s = RecordingService()
     yield s
     s.close()
 
 
 @pytest.fixture
 def job(
-    tmp_path: Path, service: Service, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, service: RecordingService, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[..., tuple[int, LocalBlobStore]]:
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {FIXTURES / "fake_verl.py"} "$@"\n')
@@ -125,7 +84,7 @@ def job(
 
 
 def test_a_run_reports_steps_rollouts_snapshots_and_its_adapter(
-    job: Callable, service: Service
+    job: Callable, service: RecordingService
 ) -> None:
     code, blobs = job(rl={"training": {"maxSteps": 4}})
     assert code == 0
@@ -182,7 +141,7 @@ def fixture_dump(step: int) -> list[dict[str, Any]]:
     ]
 
 
-def test_stop_ends_verl_and_reports_stopped(job: Callable, service: Service) -> None:
+def test_stop_ends_verl_and_reports_stopped(job: Callable, service: RecordingService) -> None:
     service.decide = lambda kind, body: (
         "stop" if kind == "steps" and body["step"] >= 2 else "continue"
     )
@@ -193,7 +152,7 @@ def test_stop_ends_verl_and_reports_stopped(job: Callable, service: Service) -> 
     assert "finished" not in service.kinds()
 
 
-def test_save_and_stop_saves_at_the_next_step(job: Callable, service: Service) -> None:
+def test_save_and_stop_saves_at_the_next_step(job: Callable, service: RecordingService) -> None:
     service.decide = lambda kind, body: "save-and-stop" if kind == "steps" else "continue"
     code, blobs = job(step_seconds="0.3", save_every=100, rl={"training": {"maxSteps": 12}})
     assert code == 0
@@ -211,7 +170,7 @@ def test_save_and_stop_saves_at_the_next_step(job: Callable, service: Service) -
     ],
 )
 def test_verl_failure_is_reported_with_its_reason(
-    job: Callable, service: Service, mode: str, code: str, fragment: str
+    job: Callable, service: RecordingService, mode: str, code: str, fragment: str
 ) -> None:
     exit_code, _ = job(mode=mode, rl={"training": {"maxSteps": 4}})
     assert exit_code == 1
@@ -221,7 +180,7 @@ def test_verl_failure_is_reported_with_its_reason(
 
 
 def test_resume_on_another_gpu_count_fails_before_verl_starts(
-    job: Callable, service: Service, tmp_path: Path
+    job: Callable, service: RecordingService, tmp_path: Path
 ) -> None:
     blobs = LocalBlobStore(tmp_path / "blobs")
     checkpoint = tmp_path / "elsewhere" / "global_step_2"
@@ -236,14 +195,16 @@ def test_resume_on_another_gpu_count_fails_before_verl_starts(
     assert service.kinds() == ["failed"]
 
 
-def test_plan_outside_verl_rules_fails_with_every_problem(job: Callable, service: Service) -> None:
+def test_plan_outside_verl_rules_fails_with_every_problem(
+    job: Callable, service: RecordingService
+) -> None:
     code, _ = job(rl={"generationsPerPrompt": 1, "lora": {"rank": 1024}})
     assert code == 1
     detail = service.of("failed")[0]["detail"]
     assert "generationsPerPrompt to 2 or more" in detail and "above 512" in detail
 
 
-def test_missing_verl_environment(service: Service, tmp_path: Path) -> None:
+def test_missing_verl_environment(service: RecordingService, tmp_path: Path) -> None:
     spec = make_spec()
     reporter = HttpReporter(
         service.url, spec.run_id, spec.attempt, "token", patience=10, heartbeat_seconds=60

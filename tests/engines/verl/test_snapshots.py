@@ -12,7 +12,7 @@ import pytest
 
 from akka_training.blobstore.local import LocalBlobStore
 from akka_training.engines.verl import snapshots
-from tests.engines.verl.conftest import FIXTURES
+from tests.engines.verl.conftest import FIXTURES, VerlEnv
 
 
 def verl_checkpoint(checkpoints: Path, step: int, gpus: int = 2) -> Path:
@@ -118,3 +118,51 @@ def test_fetching_a_missing_adapter_fails(tmp_path: Path) -> None:
 
 def test_fake_interpreter_is_wired(fake_python: Path) -> None:
     assert subprocess.run([str(fake_python), "-m", "nothing"], capture_output=True).returncode == 1
+
+
+MERGER_ADAPTER = """
+import json, sys, torch
+from pathlib import Path
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import Qwen3Config, Qwen3ForCausalLM
+from verl.model_merger.base_model_merger import ModelMergerConfig
+from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+
+work = Path(sys.argv[1])
+torch.manual_seed(0)
+config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+Qwen3ForCausalLM(config).save_pretrained(work / "base")
+trained = get_peft_model(Qwen3ForCausalLM.from_pretrained(work / "base"),
+                         LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
+for name, p in trained.named_parameters():
+    if "lora_B" in name:
+        p.data.normal_()  # as after training: B starts at zero
+(work / "actor").mkdir()
+(work / "actor" / "lora_train_meta.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "task_type": "CAUSAL_LM"}))
+# What the merger does with the state dict it gathered from the FSDP shards:
+merger = object.__new__(FSDPModelMerger)
+merger.config = ModelMergerConfig(operation="merge", backend="fsdp", local_dir=str(work / "actor"),
+                                  target_dir=str(work / "merged"))
+state = {k: v.clone() for k, v in trained.state_dict().items()}
+adapter = merger.save_lora_adapter(state)
+loaded = PeftModel.from_pretrained(Qwen3ForCausalLM.from_pretrained(work / "base"), adapter)
+ids = torch.tensor([[1, 2, 3, 4]])
+with torch.no_grad():
+    same = torch.allclose(trained(input_ids=ids).logits, loaded(input_ids=ids).logits, atol=1e-5)
+print(json.dumps({"adapter": adapter, "same": same}))
+"""
+
+
+def test_merger_adapter_loads_with_peft(verl_env: VerlEnv, tmp_path: Path) -> None:
+    """verl's merger writes the adapter (``save_lora_adapter``) that PEFT loads back to the same
+    model; on a GPU machine the smoke check runs the whole merge from FSDP shards."""
+    done = verl_env.run(["-c", MERGER_ADAPTER, str(tmp_path)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    adapter = Path(answer["adapter"])
+    assert adapter == tmp_path / "merged" / "lora_adapter"
+    assert answer["same"]
+    modules = snapshots.adapter_modules(adapter)
+    assert len(modules) == 2 * 7  # q, k, v, o, gate, up, down in each of two layers
+    assert modules[0].startswith("base_model.model.model.layers.0.")

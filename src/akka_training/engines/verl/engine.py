@@ -1,7 +1,7 @@
 """The verl engine: one attempt of a grpo or gspo run, from the resolved plan to its last report.
 
     run_verl(spec, reporter, blobs, *, workdir=None, verl_python=None, bundle_resolver=None,
-             telemetry=None) -> int
+             telemetry=None, extra_overrides=()) -> int
 
 The job entry point calls it after it sent ``started``. It:
 
@@ -23,7 +23,9 @@ It returns the job's exit code (0 finished or stopped, 1 failed) and raises only
 programming error, which the caller reports as ``training-error``. With `telemetry` (the job's
 `JobTelemetry`, built and shut down by the caller) each step is also published there: its
 figures, the reward terms' timings, failures and judge tokens, and the rollout histograms; a
-stall sets the stalled gauge. `workdir` should be one
+stall sets the stalled gauge. `extra_overrides` are verl overrides appended after ours (a
+deployment's tuning, such as ``actor_rollout_ref.rollout.gpu_memory_utilization=0.4``); verl
+validates them with the rest. `workdir` should be one
 directory per run (a resume on the same host then finds verl's checkpoints without downloading
 them); by default it is ``verl`` under the working directory. `bundle_resolver` turns a rule
 term's bundle reference into its unpacked directory (the same one the TRL engine gets).
@@ -38,7 +40,7 @@ import re
 import subprocess
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import akka_training
@@ -111,12 +113,15 @@ def run_verl(
     verl_python: Path | None = None,
     bundle_resolver: BundleResolver | None = None,
     telemetry: JobTelemetry | None = None,
+    extra_overrides: Sequence[str] = (),
 ) -> int:
     """Train one attempt of a grpo/gspo run with verl; see the module docstring."""
     paths = VerlPaths(workdir or Path.cwd() / "verl", spec.attempt)
     try:
         python = _verl_python(verl_python)
-        overrides, env, written = _setup(spec, paths, blobs, python, bundle_resolver)
+        overrides, env, written = _setup(
+            spec, paths, blobs, python, bundle_resolver, list(extra_overrides)
+        )
         data_fit = {"rows": written.rows, "rowsWithoutAnswer": written.without_answer}
         reporter.training(
             TrainingReport(total_steps=plan_sizes(spec).total_steps, data_fit=data_fit)
@@ -139,6 +144,7 @@ def _setup(
     blobs: BlobStore,
     python: Path,
     bundle_resolver: BundleResolver | None,
+    extra: list[str],
 ) -> tuple[list[str], dict[str, str], data.WrittenDataset]:
     problems = verl_constraints(spec)
     if problems:
@@ -151,12 +157,11 @@ def _setup(
     _write_reward_config(spec, paths, bundle_resolver)
     _restore_sources(spec, paths, blobs)
     env = _verl_env(paths, python)
-    overrides = build_overrides(spec, paths) + _runtime_env_overrides(env)
+    overrides = build_overrides(spec, paths) + _runtime_env_overrides(env) + extra
     answer = _preflight(python, overrides, env)
     if answer.get("flashAttention"):
-        overrides = build_overrides(
-            spec, paths, attention="flash_attention_2"
-        ) + _runtime_env_overrides(env)
+        attention = build_overrides(spec, paths, attention="flash_attention_2")
+        overrides = attention + _runtime_env_overrides(env) + extra
     return overrides, env, written
 
 
