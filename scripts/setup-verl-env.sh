@@ -8,7 +8,7 @@
 # needs to compose and validate a configuration. `import verl` imports torch (verl.protocol), so
 # torch is needed even here: the CPU build ($AKKA_VERL_CPU_TORCH, default torch==2.13.0) is
 # installed first so that verl's dependencies do not pull a CUDA build. Measured on a 2-core
-# machine with a warm pip cache: about 90 s the first time, about 2 s on a second run.
+# machine with a warm pip cache: about 100 s the first time, about 6 s on a second run.
 #
 # With --gpu (a machine with NVIDIA GPUs): verl[vllm]==0.9.1, which pins torch 2.11.0, vLLM 0.24
 # and transformers 5.9.0, plus TransferQueue (the V1 trainer's data plane).
@@ -71,7 +71,8 @@ fi
 
 "$target/bin/python" - <<'EOF'
 import importlib.metadata as md
-import verl  # noqa: F401  (the import itself is the check)
+import verl.trainer.main_ppo  # noqa: F401  (the imports themselves are the check)
+import verl.trainer.ppo.v1.trainer_base  # noqa: F401
 print("verl", md.version("verl"), "torch", md.version("torch"), "transformers", md.version("transformers"))
 EOF
 echo "$wanted" >"$stamp"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from akka_training.core.plans import Tool
 from akka_training.engines.verl.overrides import (
     FROZEN_TOWERS,
     build_overrides,
@@ -60,7 +61,7 @@ def test_grpo_plan_becomes_verl_settings() -> None:
     assert o["trainer.total_training_steps"] == "8"  # 64 rows / 8 prompts, one epoch
     assert o["trainer.logger"] == "[console,file]"
     assert o["trainer.default_local_dir"] == "/jobs/run-1/verl/checkpoints"
-    assert o["trainer.rollout_data_dir"] == "/jobs/run-1/verl/rollouts"
+    assert o["trainer.rollout_data_dir"] == "/jobs/run-1/verl/rollouts/attempt-1"
     assert o["trainer.save_freq"] == "2"
     assert o["trainer.resume_mode"] == "disable"
     assert o["+ray_kwargs.ray_init.address"] == "local"
@@ -190,6 +191,15 @@ def test_plan_outside_verl_rules_is_explained(kwargs: dict, fragment: str) -> No
     problems = verl_constraints(make_spec(**kwargs))
     assert len(problems) == 1
     assert fragment in problems[0]
+
+
+def test_tools_are_refused() -> None:
+    spec = make_spec()
+    spec.settings.config.tools = [Tool(name="calc", bundle="maths/tools:v1", function="calc:run")]
+    assert verl_constraints(spec) == [
+        "the verl engine does not run tools during rollouts: remove config.tools, or train on a "
+        "deployment whose reinforcement engine is trl"
+    ]
 
 
 def test_sizes_of_an_uneven_split() -> None:

@@ -144,6 +144,11 @@ def verl_constraints(spec: JobSpec) -> list[str]:
             f"the LoRA rank {rank} is above {MAX_LORA_RANK}, the largest rank verl's rollout "
             f"engine (vLLM) serves: lower config.rlHyperparams.lora.rank"
         )
+    if spec.settings.config.tools:
+        problems.append(
+            "the verl engine does not run tools during rollouts: remove config.tools, or train "
+            "on a deployment whose reinforcement engine is trl"
+        )
     rows = spec.settings.dataset.rows
     if rows < prompts:
         problems.append(

@@ -2,14 +2,15 @@
 
 Everything lives under one directory per run (`root`), so that a later attempt of the same run
 (a resume) finds the checkpoints an earlier attempt left, while each attempt writes its own
-metrics file: verl truncates its file logger's output when it starts.
+metrics file (verl truncates its file logger's output when it starts), rollout dump and reward
+records (a resumed attempt repeats step numbers an earlier one may have dumped).
 
     root/
       data/train.parquet, data/eval.parquet    the dataset in verl's layout (`data.py`)
       reward/config.json                       the reward terms, read inside verl's workers
-      reward/records/<host>-<pid>.jsonl        one record per scored rollout (`reward_fn.py`)
+      reward/records/attempt-K/<host>-<pid>.jsonl  one record per scored rollout (`reward_fn.py`)
       checkpoints/global_step_N/               verl's checkpoints (trainer.default_local_dir)
-      rollouts/N.jsonl                         verl's rollout dump (trainer.rollout_data_dir)
+      rollouts/attempt-K/N.jsonl               verl's rollout dump (trainer.rollout_data_dir)
       metrics/attempt-K.jsonl                  verl's file logger (VERL_FILE_LOGGER_PATH)
       logs/attempt-K.log                       verl's stdout and stderr
       exports/step-N/                          adapters exported with verl's model merger
@@ -45,7 +46,7 @@ class VerlPaths:
 
     @property
     def reward_records(self) -> Path:
-        return self.root / "reward" / "records"
+        return self.root / "reward" / "records" / f"attempt-{self.attempt}"
 
     @property
     def checkpoints(self) -> Path:
@@ -53,7 +54,7 @@ class VerlPaths:
 
     @property
     def rollouts(self) -> Path:
-        return self.root / "rollouts"
+        return self.root / "rollouts" / f"attempt-{self.attempt}"
 
     @property
     def metrics_file(self) -> Path:
