@@ -12,7 +12,11 @@ from pathlib import Path
 
 import yaml
 
-from akka_training.engines.verl.overrides import build_overrides, verl_constraints
+from akka_training.engines.verl.overrides import (
+    build_overrides,
+    runtime_env_overrides,
+    verl_constraints,
+)
 from akka_training.engines.verl.paths import VerlPaths
 from tests.engines.verl.conftest import VerlEnv, make_spec
 
@@ -35,8 +39,9 @@ def test_main_ppo_composes_our_overrides(verl_env: VerlEnv, tmp_path: Path) -> N
         modality="image-text",
     )
     paths = VerlPaths(tmp_path / "run dir", 1)
+    ray_env = runtime_env_overrides({"AKKA_VERL_SAVE_REQUEST": str(paths.root / "save-request")})
     done = verl_env.run(
-        ["-m", "verl.trainer.main_ppo", "--cfg", "job", *build_overrides(spec, paths)]
+        ["-m", "verl.trainer.main_ppo", "--cfg", "job", *build_overrides(spec, paths), *ray_env]
     )
     assert done.returncode == 0, done.stderr[-3000:]
     config = yaml.safe_load(done.stdout)
@@ -55,6 +60,9 @@ def test_main_ppo_composes_our_overrides(verl_env: VerlEnv, tmp_path: Path) -> N
     assert config["trainer"]["logger"] == ["console", "file"]
     assert config["trainer"]["default_local_dir"] == str(paths.checkpoints)
     assert config["ray_kwargs"]["ray_init"]["address"] == "local"
+    assert config["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"] == {
+        "AKKA_VERL_SAVE_REQUEST": str(paths.root / "save-request")
+    }
     assert config["reward"]["custom_reward_function"] == {
         "path": "pkg://akka_training.engines.verl.reward_fn",
         "name": "compute_score",

@@ -69,8 +69,9 @@ from akka_training.engines.verl.launcher import (
 from akka_training.engines.verl.metrics import VerlStep
 from akka_training.engines.verl.overrides import (
     build_overrides,
+    file_logger_env,
     plan_sizes,
-    render_value,
+    runtime_env_overrides,
     verl_constraints,
 )
 from akka_training.engines.verl.paths import VerlPaths
@@ -248,11 +249,10 @@ def _restore_sources(spec: JobSpec, paths: VerlPaths, blobs: BlobStore) -> None:
             snapshots.restore_training_state(
                 blobs, source.training_state, paths.checkpoints, step=source.step, gpus=gpus
             )
+    except snapshots.GpuCountMismatch as exc:
+        raise _Failure(FailureReason.TRAINING_ERROR, str(exc)) from exc
     except snapshots.SnapshotError as exc:
-        reason = (
-            FailureReason.TRAINING_ERROR if "GPU" in str(exc) else FailureReason.SOURCE_UNAVAILABLE
-        )
-        raise _Failure(reason, str(exc)) from exc
+        raise _Failure(FailureReason.SOURCE_UNAVAILABLE, str(exc)) from exc
     except OSError as exc:
         raise _Failure(FailureReason.SOURCE_UNAVAILABLE, str(exc)) from exc
 
@@ -264,7 +264,7 @@ def _verl_env(paths: VerlPaths, python: Path) -> dict[str, str]:
     return {
         "PYTHONPATH": str(paths.pylib),
         "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "VERL_FILE_LOGGER_PATH": str(paths.metrics_file),
+        **file_logger_env(paths),
         "VERL_USE_EXTERNAL_MODULES": HOOKS_MODULE,
         SAVE_REQUEST_ENV: str(save_request),
         CONFIG_ENV: str(paths.reward_config),
@@ -279,10 +279,10 @@ def _verl_env(paths: VerlPaths, python: Path) -> dict[str, str]:
 
 
 def _runtime_env_overrides(env: dict[str, str]) -> list[str]:
-    """Hand our variables to every Ray actor explicitly (verl merges these into its runtime
-    environment), not only through inheritance."""
-    keys = ("VERL_USE_EXTERNAL_MODULES", SAVE_REQUEST_ENV, CONFIG_ENV)
-    return [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={render_value(env[k])}" for k in keys]
+    """Our variables for every Ray actor, explicitly, not only through inheritance."""
+    return runtime_env_overrides(
+        {k: env[k] for k in ("VERL_USE_EXTERNAL_MODULES", SAVE_REQUEST_ENV, CONFIG_ENV)}
+    )
 
 
 def _preflight(python: Path, overrides: list[str], env: dict[str, str]) -> dict[str, object]:
@@ -386,7 +386,7 @@ def _train(
             if final:
                 return _finish(spec, paths, reporter, progress, event.returncode)
             # 3. obey the service
-            _obey(reporter.action, process, paths, env, progress)
+            _obey(reporter.action, process, env, progress)
     except _Failure:
         process.stop()
         raise
@@ -396,9 +396,7 @@ def _train(
     raise AssertionError("verl's events ended without an exit")
 
 
-def _obey(
-    action: str, process: VerlProcess, paths: VerlPaths, env: dict[str, str], progress: _Progress
-) -> None:
+def _obey(action: str, process: VerlProcess, env: dict[str, str], progress: _Progress) -> None:
     if action == "stop" and progress.stopping != "stop":
         progress.stopping = "stop"
         process.stop()
@@ -431,8 +429,13 @@ def _report_steps(
             return  # later steps wait for this one
         figures = verl_step.figures
         if step_rollouts is not None and step_rollouts.rollouts:
-            figures |= rollout_figures(
-                step_rollouts.rollouts, rl.generations_per_prompt, rl.max_completion_tokens
+            # verl's own figures win where both exist: its completion lengths count the tokens
+            # it generated, ours re-tokenize the decoded text.
+            figures = (
+                rollout_figures(
+                    step_rollouts.rollouts, rl.generations_per_prompt, rl.max_completion_tokens
+                )
+                | figures
             )
             if "timing/reward" not in figures and step_rollouts.reward_seconds is not None:
                 figures["timing/reward"] = step_rollouts.reward_seconds

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -251,6 +251,15 @@ def build_overrides(spec: JobSpec, paths: VerlPaths, *, attention: Attention = "
     if settings.base_model.modality != "text":
         values["actor_rollout_ref.model.exclude_modules"] = FROZEN_TOWERS
     return [f"{key}={render_value(value)}" for key, value in values.items()]
+
+
+def runtime_env_overrides(variables: Mapping[str, str]) -> list[str]:
+    """Environment variables for every process of verl's Ray cluster: ``main_ppo`` merges
+    ``ray_kwargs.ray_init.runtime_env`` into the runtime environment it starts Ray with."""
+    return [
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}={render_value(value)}"
+        for name, value in variables.items()
+    ]
 
 
 def file_logger_env(paths: VerlPaths) -> dict[str, str]:

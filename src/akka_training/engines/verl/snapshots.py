@@ -39,6 +39,10 @@ class SnapshotError(Exception):
     """A snapshot that cannot be made or restored; the message says why and what to do."""
 
 
+class GpuCountMismatch(SnapshotError):
+    """A training state saved on another GPU count than the run's."""
+
+
 @dataclass(frozen=True)
 class SnapshotKeys:
     """Where one snapshot's parts live in the blob store."""
@@ -107,7 +111,7 @@ def restore_training_state(
     saved_gpus = _manifest_gpus(staging)
     if saved_gpus != gpus:
         shutil.rmtree(staging, ignore_errors=True)
-        raise SnapshotError(
+        raise GpuCountMismatch(
             f"this snapshot's training state was saved on {saved_gpus} GPU(s), and verl resumes a "
             f"checkpoint only on the GPU count it was saved on: set execution.gpus to "
             f"{saved_gpus}, or branch from the snapshot's weights instead"
