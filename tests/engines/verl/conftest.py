@@ -55,6 +55,10 @@ class VerlEnv:
 @pytest.fixture(scope="session")
 def verl_env(tmp_path_factory: pytest.TempPathFactory) -> VerlEnv:
     python = verl_python()
+    if python is None and os.environ.get("AKKA_REQUIRE_VERL_ENV"):
+        pytest.fail(
+            "AKKA_REQUIRE_VERL_ENV is set but verl's environment is not built (scripts/setup-verl-env.sh)"
+        )
     if python is None:
         pytest.skip(
             "verl's environment is not built: run scripts/setup-verl-env.sh (or set "
