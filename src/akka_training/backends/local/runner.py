@@ -1,0 +1,67 @@
+"""`python -m akka_training.backends.local.runner JOB_DIR`: the parent of one local job.
+
+It starts the job described by ``JOB_DIR/launch.json``, forwards a stop (SIGTERM) to it and kills
+it after the grace period, and writes ``JOB_DIR/exit.json`` when the job ends, so that the job's
+exit status survives a restart of the service that launched it. It imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+
+def main(job_dir: Path) -> int:
+    launch = json.loads((job_dir / "launch.json").read_text())
+    limit = launch.get("host_memory_bytes")
+
+    def _limits() -> None:
+        if limit:
+            # The job's private memory may not pass its envelope's host memory: an allocation
+            # past it fails inside the job, which reports host out-of-memory.
+            resource.setrlimit(resource.RLIMIT_DATA, (int(limit), int(limit)))
+
+    env = dict(os.environ)
+    env.update(launch.get("env", {}))
+    child = subprocess.Popen(launch["argv"], cwd=job_dir, env=env, preexec_fn=_limits)
+    grace = float(launch.get("grace_seconds", 20))
+    stopping = threading.Event()
+
+    def _stop(_signum: int, _frame: object) -> None:
+        if stopping.is_set():
+            return
+        stopping.set()
+        try:
+            child.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        timer = threading.Timer(grace, _kill)
+        timer.daemon = True
+        timer.start()
+
+    def _kill() -> None:
+        if child.poll() is None:
+            child.kill()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    code = child.wait()
+    result = {
+        "exit_code": code if code >= 0 else None,
+        "signal": -code if code < 0 else None,
+        "stopped": stopping.is_set(),
+    }
+    tmp = job_dir / "exit.json.part"
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, job_dir / "exit.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))

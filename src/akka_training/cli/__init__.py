@@ -1,0 +1,1 @@
+"""The `akka` command. It talks to the trainer over HTTP only and never imports torch."""

@@ -1,0 +1,3 @@
+from akka_training.cli.main import run
+
+run()

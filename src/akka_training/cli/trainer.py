@@ -1,0 +1,46 @@
+"""`akka trainer serve`: run the trainer service."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(help="Run the trainer service.", no_args_is_help=True)
+
+
+@app.command()
+def serve(
+    config: Path = typer.Option(None, "--config", help="Settings file (trainer.* keys)."),
+    host: str = typer.Option(None, "--host", help="Listen address (trainer.listen.host)."),
+    port: int = typer.Option(None, "--port", help="Listen port (trainer.listen.port)."),
+    log_level: str = typer.Option("info", "--log-level"),
+) -> None:
+    """Serve the trainer API (default http://127.0.0.1:9001): SQLite and a local blob directory
+    under AKKA_HOME, the local backend and the development catalog unless settings say otherwise."""
+    # Imported here so that the rest of the CLI starts without the service's dependencies.
+    import uvicorn
+
+    from akka_training.server.app import create_app
+    from akka_training.server.context import build_context
+    from akka_training.server.settings import load_settings
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = load_settings(config)
+    if host:
+        settings.trainer.listen.host = host
+    if port is not None:
+        settings.trainer.listen.port = port
+    ctx = build_context(settings)
+    app_ = create_app(settings, ctx)
+    print(f"akka trainer {settings.trainer_url} (home {settings.home})", flush=True)
+    uvicorn.run(
+        app_,
+        host=settings.trainer.listen.host,
+        port=settings.trainer.listen.port,
+        log_level=log_level,
+        timeout_graceful_shutdown=5,
+    )

@@ -1,0 +1,107 @@
+"""The client's plumbing: requests, errors, streaming.
+
+Errors come back as the exception the service raised (`akka_training.core.errors`), rebuilt
+from the error code; a service that does not answer raises `TrainerUnreachable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Self
+
+import httpx
+
+from akka_training.core.errors import AkkaError, TrainerUnreachable, error_from_json
+
+
+class BaseClient:
+    def __init__(self, url: str, token: str | None = None, timeout: float = 60.0) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        content: bytes | Iterable[bytes] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        params = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self._http.request(
+                method,
+                path,
+                json=json,
+                params=params,
+                content=content,
+                headers=headers,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.ConnectError as exc:
+            raise TrainerUnreachable(
+                f"The trainer at {self.url} does not answer; start it with `akka trainer serve` "
+                "or point --trainer-url (or the context) at a running one."
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise TrainerUnreachable(f"The trainer at {self.url} did not answer in time.") from exc
+        except httpx.HTTPError as exc:
+            raise TrainerUnreachable(f"The request to {self.url} failed: {exc}") from exc
+        return _decode(response)
+
+    def stream_lines(
+        self, path: str, params: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> Iterator[str]:
+        params = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            with self._http.stream(
+                "GET", path, params=params, timeout=httpx.Timeout(timeout, connect=10.0)
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    _decode(response)
+                yield from response.iter_lines()
+        except httpx.ConnectError as exc:
+            raise TrainerUnreachable(f"The trainer at {self.url} does not answer.") from exc
+        except httpx.RemoteProtocolError as exc:
+            raise TrainerUnreachable(f"The trainer at {self.url} closed the stream.") from exc
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: Any = None, **params: Any) -> Any:
+        return self.request("POST", path, json=body, params=params)
+
+    def delete(self, path: str, **params: Any) -> Any:
+        return self.request("DELETE", path, params=params)
+
+
+def _decode(response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        try:
+            body = response.json()
+        except ValueError:
+            raise AkkaError(
+                f"The trainer answered HTTP {response.status_code}: {response.text[:500]}"
+            ) from None
+        raise error_from_json(body, response.status_code)
+    if not response.content:
+        return None
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return response.json()
+    return response.text

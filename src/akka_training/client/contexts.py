@@ -1,0 +1,99 @@
+"""The CLI's configuration file (``~/.akka/config.yaml``, or the file ``AKKA_CONFIG`` names).
+
+    current-context: local
+    contexts:
+      local:
+        api-host: http://127.0.0.1:9001   # where the login is exchanged for a trainer token
+        trainer-url: http://127.0.0.1:9001  # optional; default: the api-host
+        project: maths                      # optional default project
+        login: akka_...                     # the login (an admin or project token)
+
+The file holds secrets, so it is written with mode 600.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from akka_training.core.errors import InvalidRequest
+
+
+@dataclass
+class Context:
+    name: str
+    api_host: str
+    trainer_url: str | None = None
+    project: str | None = None
+    login: str | None = None
+
+    @property
+    def url(self) -> str:
+        return (self.trainer_url or self.api_host).rstrip("/")
+
+    def to_yaml(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"api-host": self.api_host}
+        if self.trainer_url:
+            out["trainer-url"] = self.trainer_url
+        if self.project:
+            out["project"] = self.project
+        if self.login:
+            out["login"] = self.login
+        return out
+
+
+@dataclass
+class ConfigFile:
+    path: Path
+    current: str | None
+    contexts: dict[str, Context]
+
+    def context(self, name: str) -> Context:
+        if name not in self.contexts:
+            known = ", ".join(sorted(self.contexts)) or "none"
+            raise InvalidRequest(
+                f"There is no context {name!r} in {self.path}; the file holds: {known}. "
+                "Create one with `akka config set-context NAME --api-host URL`."
+            )
+        return self.contexts[name]
+
+    def save(self) -> None:
+        body: dict[str, Any] = {}
+        if self.current:
+            body["current-context"] = self.current
+        body["contexts"] = {name: c.to_yaml() for name, c in sorted(self.contexts.items())}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".part")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(body, f, sort_keys=False)
+        os.replace(tmp, self.path)
+
+
+def config_path() -> Path:
+    return Path(os.environ.get("AKKA_CONFIG") or "~/.akka/config.yaml").expanduser()
+
+
+def load_config(path: Path | None = None) -> ConfigFile:
+    path = path or config_path()
+    if not path.exists():
+        return ConfigFile(path, None, {})
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise InvalidRequest(f"{path} is not valid YAML: {exc}") from exc
+    contexts = {}
+    for name, body in (data.get("contexts") or {}).items():
+        body = body or {}
+        contexts[str(name)] = Context(
+            name=str(name),
+            api_host=str(body.get("api-host") or body.get("trainer-url") or ""),
+            trainer_url=body.get("trainer-url"),
+            project=body.get("project"),
+            login=body.get("login"),
+        )
+    return ConfigFile(path, data.get("current-context"), contexts)

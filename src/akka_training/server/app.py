@@ -1,0 +1,37 @@
+"""The FastAPI application and its lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from akka_training import __version__
+from akka_training.server.bootstrap import bootstrap
+from akka_training.server.context import AppContext, build_context
+from akka_training.server.errors import install_error_handlers
+from akka_training.server.routers import catalog, datasets, projects, system
+from akka_training.server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        context = ctx or build_context(settings)
+        bootstrap(context)
+        app.state.ctx = context
+        try:
+            yield
+        finally:
+            context.backend.close()
+            context.db.dispose()
+
+    app = FastAPI(title="akka training", version=__version__, lifespan=lifespan)
+    install_error_handlers(app)
+    for module in (system, projects, catalog, datasets):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,75 @@
+"""Who is calling: tokens are looked up by hash; a principal says which projects it may touch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from fastapi import Request
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from akka_training.core.errors import Forbidden, Unauthorized
+from akka_training.server.ids import hash_secret
+from akka_training.storage.models import Token
+
+# Writing last_used_at on every request would make each read a write; once a minute is enough.
+_TOUCH_EVERY = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Principal:
+    token_id: str
+    name: str
+    kind: str  # admin | project | access | job
+    projects: tuple[str, ...] | None  # None: every project
+    run_id: str | None = None
+    attempt: int | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.projects is None and self.kind != "job"
+
+    def can(self, project: str) -> bool:
+        return self.projects is None or project in self.projects
+
+    def require(self, project: str) -> None:
+        if self.kind == "job":
+            raise Forbidden("A job token can only report for its own run.")
+        if not self.can(project):
+            raise Forbidden(
+                f"This token has no access to project {project!r}; use a token of that "
+                "project or an admin token."
+            )
+
+    def require_admin(self) -> None:
+        if not self.is_admin:
+            raise Forbidden("This needs an admin token.")
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise Unauthorized(
+            "This request needs a token: log in with `akka auth login`, or set AKKA_ACCESS_TOKEN."
+        )
+    return value.strip()
+
+
+def authenticate(session: Session, secret: str) -> Principal:
+    token = session.scalar(select(Token).where(Token.hash == hash_secret(secret)))
+    now = datetime.now(UTC)
+    if token is None or token.revoked_at is not None:
+        raise Unauthorized("The token is not known to this trainer or was revoked; log in again.")
+    if token.expires_at is not None and token.expires_at <= now:
+        raise Unauthorized("The token has expired; log in again (`akka auth login`).")
+    if token.last_used_at is None or now - token.last_used_at > _TOUCH_EVERY:
+        token.last_used_at = now
+    projects = None if token.kind == "admin" else tuple(token.projects or ())
+    if token.kind == "access" and token.parent_id:
+        parent = session.get(Token, token.parent_id)
+        if parent is None or parent.revoked_at is not None:
+            raise Unauthorized("The login behind this token was revoked; log in again.")
+        projects = None if parent.kind == "admin" else tuple(parent.projects or ())
+    return Principal(token.id, token.name, token.kind, projects, token.run_id, token.attempt)

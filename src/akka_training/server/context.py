@@ -1,0 +1,115 @@
+"""What the service holds while it runs: settings, database, blob store, catalog, pools,
+backend. Built once at start-up; routers reach it through `get_context`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+
+from akka_training.backends.base import Backend
+from akka_training.blobstore import BlobStore, open_blob_store
+from akka_training.core.catalog import CatalogModel
+from akka_training.core.errors import NotFound
+from akka_training.server.devcatalog import load_dev_catalog
+from akka_training.server.devices import HostDevices, detect_devices
+from akka_training.server.pools import PoolSpec, default_pool, pools_from_settings
+from akka_training.server.settings import Settings
+from akka_training.storage.db import Database
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    db: Database
+    blobs: BlobStore
+    host: HostDevices
+    pools: list[PoolSpec]
+    catalog: list[CatalogModel]
+    backend: Backend
+    started_at: float = field(default_factory=time.time)
+    startup_seconds: float = 0.0
+    startup_note: str = ""
+    # Filled by the app: the controller and the telemetry, when running.
+    controller: Any = None
+    telemetry: Any = None
+
+    @property
+    def engine(self) -> str:
+        return self.settings.trainer.reinforcement.engine
+
+    @property
+    def image_text_rl(self) -> bool:
+        return self.settings.trainer.reinforcement.image_text
+
+    @property
+    def default_pool(self) -> str:
+        return default_pool(self.settings, self.pools)
+
+    def pool(self, name: str) -> PoolSpec:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise NotFound(f"There is no pool {name!r}; pools: {', '.join(self.pool_names)}.")
+
+    @property
+    def pool_names(self) -> list[str]:
+        return [p.name for p in self.pools]
+
+    def model(self, model_id: str) -> CatalogModel:
+        for m in self.catalog:
+            if m.id == model_id:
+                return m
+        known = ", ".join(m.id for m in self.catalog) or "none"
+        raise NotFound(f"There is no base model {model_id!r} in the catalog; models: {known}.")
+
+
+def build_context(settings: Settings) -> AppContext:
+    started = time.monotonic()
+    home = settings.home
+    home.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.database_url)
+    db.migrate()
+    blobs = open_blob_store(settings.storage_url)
+    host = detect_devices()
+    pools = pools_from_settings(settings, host)
+    note = ""
+    if settings.trainer.catalog is None:
+        fresh = not any(settings.dev_models_dir.glob("*/akka-devmodel.json"))
+        catalog = load_dev_catalog(settings.dev_models_dir)
+        note = "built the development models" if fresh else "development catalog"
+    else:
+        catalog = list(settings.trainer.catalog)
+    backend = make_backend(settings, home, pools, host)
+    ctx = AppContext(settings, db, blobs, host, pools, catalog, backend)
+    ctx.startup_seconds = time.monotonic() - started
+    ctx.startup_note = note
+    return ctx
+
+
+def make_backend(
+    settings: Settings, home: Path, pools: list[PoolSpec], host: HostDevices
+) -> Backend:
+    if settings.trainer.backend == "ray":
+        from akka_training.backends.ray import RayBackend  # optional dependency
+
+        return RayBackend(settings.trainer.ray, pools)
+    from akka_training.backends.local import LocalBackend
+
+    return LocalBackend(
+        home / "jobs",
+        # CPU devices are slots on this host; GPUs are what NVML sees.
+        {
+            p.name: p.declared if host.accelerator == "cpu" else min(p.declared, host.count)
+            for p in pools
+        },
+        accelerator="cpu" if host.accelerator == "cpu" else "gpu",
+        grace_seconds=settings.trainer.local.stop_grace_seconds,
+    )
+
+
+def get_context(request: Request) -> AppContext:
+    return request.app.state.ctx  # type: ignore[no-any-return]

@@ -1,0 +1,7 @@
+"""Datasets."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter(prefix="/v1")

@@ -1,0 +1,127 @@
+"""Capacity at one point in time: pools, claims, projects.
+
+For each pool, FREE + GRANTED + OUTSIDE = DECLARED: OUTSIDE counts declared devices the cluster
+does not offer the trainer now (not observed). MAX CLAIM is the largest claim the pool accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from akka_training.server.context import AppContext
+from akka_training.storage.models import Claim, Project
+
+
+@dataclass(frozen=True)
+class PoolUse:
+    name: str
+    accelerator: str
+    declared: int
+    observed: int | None  # None: the cluster did not answer
+    granted: int
+    queued: int
+    max_claim: int
+    host_ram_gib: float | None
+    claims_by_state: dict[str, int]
+
+    @property
+    def outside(self) -> int:
+        if self.observed is None:
+            return 0
+        return max(0, self.declared - self.observed)
+
+    @property
+    def free(self) -> int:
+        return max(0, self.declared - self.granted - self.outside)
+
+
+def pool_usage(session: Session, ctx: AppContext) -> list[PoolUse]:
+    observed = ctx.controller.observed() if ctx.controller is not None else _observe_now(ctx)
+    open_claims = list(session.scalars(select(Claim).where(Claim.state.in_(("QUEUED", "GRANTED")))))
+    out = []
+    for pool in ctx.pools:
+        mine = [c for c in open_claims if c.pool == pool.name]
+        by_state: dict[str, int] = {"QUEUED": 0, "GRANTED": 0}
+        for c in mine:
+            by_state[c.state] = by_state.get(c.state, 0) + 1
+        seen = observed.get(pool.name) if observed is not None else None
+        out.append(
+            PoolUse(
+                name=pool.name,
+                accelerator=pool.accelerator,
+                declared=pool.declared,
+                observed=None if observed is None else (seen.devices if seen else 0),
+                granted=sum(c.devices for c in mine if c.state == "GRANTED"),
+                queued=by_state["QUEUED"],
+                max_claim=pool.max_claim,
+                host_ram_gib=pool.host_ram_gib,
+                claims_by_state=by_state,
+            )
+        )
+    return out
+
+
+def capacity(session: Session, ctx: AppContext, project: str | None) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    pools = [
+        {
+            "pool": p.name,
+            "accelerator": p.accelerator,
+            "free": p.free,
+            "granted": p.granted,
+            "outside": p.outside,
+            "declared": p.declared,
+            "observed": p.observed,
+            "queued": p.queued,
+            "maxClaim": p.max_claim,
+            "hostRamGib": p.host_ram_gib,
+        }
+        for p in pool_usage(session, ctx)
+    ]
+    query = select(Claim).where(Claim.state.in_(("QUEUED", "GRANTED"))).order_by(Claim.id)
+    if project:
+        query = query.where(Claim.project == project)
+    claims = [
+        {
+            "kind": c.kind,
+            "for": c.run_id,
+            "project": c.project,
+            "devices": c.devices,
+            "pool": c.pool,
+            "state": c.state,
+            "since": (c.granted_at or c.created_at).isoformat(),
+            "sinceSeconds": round((now - (c.granted_at or c.created_at)).total_seconds(), 1),
+        }
+        for c in session.scalars(query)
+    ]
+    projects = []
+    rows = session.scalars(select(Project).order_by(Project.name))
+    all_claims = list(session.scalars(select(Claim).where(Claim.state.in_(("QUEUED", "GRANTED")))))
+    for p in rows:
+        if project and p.name != project:
+            continue
+        projects.append(
+            {
+                "project": p.name,
+                "quota": p.quota,
+                "held": sum(
+                    c.devices for c in all_claims if c.project == p.name and c.state == "GRANTED"
+                ),
+                "queued": sum(1 for c in all_claims if c.project == p.name and c.state == "QUEUED"),
+            }
+        )
+    return {"pools": pools, "claims": claims, "projects": projects}
+
+
+def _observe_now(ctx: AppContext) -> dict[str, Any] | None:
+    from akka_training.backends.base import ClusterUnreachable
+
+    try:
+        return ctx.backend.observe()
+    except ClusterUnreachable:
+        return None

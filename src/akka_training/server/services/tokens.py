@@ -1,0 +1,154 @@
+"""Tokens: create, list, revoke, exchange a login for an access token, and job tokens."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from akka_training.core.errors import InvalidRequest, NotFound, Unauthorized
+from akka_training.server.auth import Principal
+from akka_training.server.ids import hash_secret, new_id, new_secret
+from akka_training.storage.models import Project, Token
+
+ACCESS_LIFETIME = timedelta(hours=12)
+
+
+def create_token(
+    session: Session,
+    principal: Principal,
+    name: str,
+    projects: list[str],
+    admin: bool = False,
+    expires_in_days: float | None = None,
+) -> dict[str, Any]:
+    if admin:
+        principal.require_admin()
+    elif not projects:
+        raise InvalidRequest("Name the projects the token may use (--project), or ask for --admin.")
+    for project in projects:
+        principal.require(project)
+        if session.get(Project, project) is None:
+            raise NotFound(f"There is no project {project!r}.")
+    secret = new_secret()
+    token = Token(
+        id=new_id("t"),
+        name=name,
+        kind="admin" if admin else "project",
+        hash=hash_secret(secret),
+        projects=[] if admin else sorted(set(projects)),
+        expires_at=(
+            datetime.now(UTC) + timedelta(days=expires_in_days) if expires_in_days else None
+        ),
+    )
+    session.add(token)
+    session.flush()
+    return {**token_json(token), "token": secret}
+
+
+def create_admin_token(session: Session, name: str) -> str:
+    secret = new_secret()
+    session.add(Token(id=new_id("t"), name=name, kind="admin", hash=hash_secret(secret)))
+    return secret
+
+
+def list_tokens(session: Session, principal: Principal) -> list[dict[str, Any]]:
+    rows = session.scalars(
+        select(Token).where(Token.kind.in_(("admin", "project"))).order_by(Token.created_at)
+    )
+    out = []
+    for token in rows:
+        if principal.is_admin or (
+            token.kind == "project" and set(token.projects) <= set(principal.projects or ())
+        ):
+            out.append(token_json(token))
+    return out
+
+
+def revoke_token(session: Session, principal: Principal, token_id: str) -> dict[str, Any]:
+    token = session.get(Token, token_id)
+    if token is None or token.kind not in ("admin", "project"):
+        raise NotFound(f"There is no token {token_id!r}.")
+    if not principal.is_admin:
+        for project in token.projects:
+            principal.require(project)
+        if token.kind == "admin":
+            principal.require_admin()
+    token.revoked_at = token.revoked_at or datetime.now(UTC)
+    return token_json(token)
+
+
+def exchange(session: Session, login: str) -> dict[str, Any]:
+    """Turn a login (an admin or project token) into a short-lived access token."""
+    token = session.scalar(select(Token).where(Token.hash == hash_secret(login)))
+    now = datetime.now(UTC)
+    if (
+        token is None
+        or token.kind not in ("admin", "project")
+        or token.revoked_at is not None
+        or (token.expires_at is not None and token.expires_at <= now)
+    ):
+        raise Unauthorized(
+            "This login is not valid at this API host (unknown, revoked or expired); "
+            "run `akka auth login` again."
+        )
+    secret = new_secret()
+    expires = now + ACCESS_LIFETIME
+    if token.expires_at is not None:
+        expires = min(expires, token.expires_at)
+    session.add(
+        Token(
+            id=new_id("a"),
+            name=f"access for {token.name}",
+            kind="access",
+            hash=hash_secret(secret),
+            projects=list(token.projects),
+            parent_id=token.id,
+            expires_at=expires,
+        )
+    )
+    return {
+        "accessToken": secret,
+        "expiresAt": expires.isoformat(),
+        "login": token_json(token),
+    }
+
+
+def create_job_token(session: Session, run_id: str, attempt: int, project: str) -> str:
+    secret = new_secret()
+    session.add(
+        Token(
+            id=new_id("j"),
+            name=f"job {run_id}/{attempt}",
+            kind="job",
+            hash=hash_secret(secret),
+            projects=[project],
+            run_id=run_id,
+            attempt=attempt,
+        )
+    )
+    return secret
+
+
+def whoami(principal: Principal) -> dict[str, Any]:
+    return {
+        "tokenId": principal.token_id,
+        "name": principal.name,
+        "kind": principal.kind,
+        "projects": None if principal.projects is None else list(principal.projects),
+    }
+
+
+def token_json(token: Token) -> dict[str, Any]:
+    return {
+        "id": token.id,
+        "name": token.name,
+        "kind": token.kind,
+        "projects": list(token.projects) if token.kind != "admin" else None,
+        "createdAt": token.created_at.isoformat() if token.created_at else None,
+        "expiresAt": token.expires_at.isoformat() if token.expires_at else None,
+        "revokedAt": token.revoked_at.isoformat() if token.revoked_at else None,
+        "lastUsedAt": token.last_used_at.isoformat() if token.last_used_at else None,
+    }

@@ -1,0 +1,290 @@
+"""Tables. JSON columns hold documents the service reads whole (plans, settings, metrics)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timestamps stored as UTC and always read back timezone-aware (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UtcDateTime(), dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Project(Base):
+    __tablename__ = "projects"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    description: Mapped[str | None] = mapped_column(Text)
+    # Devices the project may hold at once; None: no limit.
+    quota: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Token(Base):
+    """A credential. `kind`: admin (every project), project (the listed ones), access (a
+    short-lived token exchanged from a login), job (one attempt of one run)."""
+
+    __tablename__ = "tokens"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(16))
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+    projects: Mapped[list[Any]] = mapped_column(default=list)
+    run_id: Mapped[str | None] = mapped_column(String(32))
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    parent_id: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column()
+    revoked_at: Mapped[datetime | None] = mapped_column()
+    last_used_at: Mapped[datetime | None] = mapped_column()
+
+
+class DatasetVersion(Base):
+    __tablename__ = "dataset_versions"
+    __table_args__ = (
+        UniqueConstraint("project", "name", "version"),
+        UniqueConstraint("project", "name", "sha256"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64), index=True)
+    blob: Mapped[str] = mapped_column(String(512))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    rows: Mapped[int] = mapped_column(Integer)
+    format: Mapped[str] = mapped_column(String(32))
+    has_images: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DatasetAlias(Base):
+    """A movable name for a version: ``PROJECT/NAME:ALIAS``."""
+
+    __tablename__ = "dataset_aliases"
+    project: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    alias: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Bundle(Base):
+    __tablename__ = "bundles"
+    __table_args__ = (
+        UniqueConstraint("project", "name", "version"),
+        UniqueConstraint("project", "name", "sha256"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    blob: Mapped[str] = mapped_column(String(512))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    files: Mapped[list[Any]] = mapped_column(default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Pipeline(Base):
+    __tablename__ = "pipelines"
+    __table_args__ = (UniqueConstraint("project", "submission_id"),)
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name"), index=True)
+    name: Mapped[str | None] = mapped_column(String(128))
+    description: Mapped[str | None] = mapped_column(Text)
+    submission_id: Mapped[str | None] = mapped_column(String(128))
+    plan: Mapped[dict[str, Any]] = mapped_column()
+    # RUNNING, COMPLETED, FAILED, CANCELLED
+    state: Mapped[str] = mapped_column(String(16), default="RUNNING")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column()
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("project", "submission_id"),
+        Index("ix_runs_phase", "phase"),
+    )
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name"), index=True)
+    model_name: Mapped[str | None] = mapped_column(String(128))
+    description: Mapped[str | None] = mapped_column(Text)
+    submission_id: Mapped[str | None] = mapped_column(String(128))
+    method: Mapped[str] = mapped_column(String(8))
+    engine: Mapped[str] = mapped_column(String(8))
+    base_model: Mapped[str] = mapped_column(String(128))
+    dataset: Mapped[str] = mapped_column(String(256))  # PROJECT/NAME:vN
+    pool: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer)
+    plan: Mapped[dict[str, Any]] = mapped_column()
+    settings: Mapped[dict[str, Any]] = mapped_column()
+    source_run: Mapped[str | None] = mapped_column(String(32), index=True)
+    source_snapshot: Mapped[str | None] = mapped_column(String(64))
+    source_kind: Mapped[str | None] = mapped_column(String(16))
+    pipeline_id: Mapped[str | None] = mapped_column(ForeignKey("pipelines.id"), index=True)
+    stage: Mapped[str | None] = mapped_column(String(64))
+
+    phase: Mapped[str] = mapped_column(String(16))
+    phase_since: Mapped[datetime] = mapped_column(default=utcnow)
+    # Seconds spent in each phase so far, by phase name.
+    phase_seconds: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    failure_code: Mapped[str | None] = mapped_column(String(32))
+    failure_detail: Mapped[str | None] = mapped_column(Text)
+    # What the user asked for and the controller has not finished: pause-save, pause-latest,
+    # cancel.
+    requested: Mapped[str | None] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    observed_step: Mapped[int] = mapped_column(Integer, default=0)
+    saved_step: Mapped[int | None] = mapped_column(Integer)
+    total_steps: Mapped[int | None] = mapped_column(Integer)
+    data_fit: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    adapter_modules: Mapped[list[Any] | None] = mapped_column(JSON)
+    adapter: Mapped[str | None] = mapped_column(String(512))
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    memory: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON
+    )  # split of the step that reserved most
+    last_step_at: Mapped[datetime | None] = mapped_column()
+    stalled_since: Mapped[datetime | None] = mapped_column()
+    stall_dump: Mapped[str | None] = mapped_column(String(512))
+    gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column()
+    ended_at: Mapped[datetime | None] = mapped_column()
+    traceparent: Mapped[str | None] = mapped_column(String(64))
+
+
+class Attempt(Base):
+    """One execution of a run on the cluster. `state`: pending (not launched), launched (the
+    backend took it), exited (gone, for whatever reason)."""
+
+    __tablename__ = "attempts"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    launch_tries: Mapped[int] = mapped_column(Integer, default=0)
+    next_try_at: Mapped[datetime | None] = mapped_column()
+    last_error: Mapped[str | None] = mapped_column(Text)
+    resume_snapshot: Mapped[str | None] = mapped_column(String(64))
+    placement: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    outcome: Mapped[str | None] = mapped_column(String(16))  # finished, stopped, failed, lost
+    stop_sent: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    launched_at: Mapped[datetime | None] = mapped_column()
+    started_at: Mapped[datetime | None] = mapped_column()
+    heartbeat_at: Mapped[datetime | None] = mapped_column()
+    ended_at: Mapped[datetime | None] = mapped_column()
+
+
+class Claim(Base):
+    """Devices requested by (QUEUED) or granted to (GRANTED) one run in one pool."""
+
+    __tablename__ = "claims"
+    __table_args__ = (Index("ix_claims_pool_state", "pool", "state"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16), default="run")
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    project: Mapped[str] = mapped_column(String(64))
+    pool: Mapped[str] = mapped_column(String(64))
+    devices: Mapped[int] = mapped_column(Integer)
+    device_ids: Mapped[list[Any]] = mapped_column(default=list)
+    state: Mapped[str] = mapped_column(String(16), default="QUEUED")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    granted_at: Mapped[datetime | None] = mapped_column()
+    released_at: Mapped[datetime | None] = mapped_column()
+    # Set while the cluster cannot be reached for this waiting claim.
+    unreachable_since: Mapped[datetime | None] = mapped_column()
+
+
+class Snapshot(Base):
+    __tablename__ = "snapshots"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
+    weights: Mapped[str] = mapped_column(String(512))
+    training_state: Mapped[str | None] = mapped_column(String(512))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    swept_at: Mapped[datetime | None] = mapped_column()
+
+
+class Step(Base):
+    __tablename__ = "steps"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict[str, Any]] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class RolloutStep(Base):
+    """Where one step's rollouts lie (one file in the blob store) and its extremes."""
+
+    __tablename__ = "rollout_steps"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    blob: Mapped[str] = mapped_column(String(512))
+    count: Mapped[int] = mapped_column(Integer)
+    best_score: Mapped[float | None] = mapped_column(Float)
+    worst_score: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Event(Base):
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class Lease(Base):
+    """Leadership of the controller on databases without advisory locks."""
+
+    __tablename__ = "leases"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    expires_at: Mapped[datetime] = mapped_column()
