@@ -39,7 +39,9 @@ def trainer_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Start real trainer services; each is stopped (with its jobs) at the end of the test."""
     started: list[TrainerProcess] = []
 
-    def make(settings: dict[str, Any] | None = None, start: bool = True, **kwargs: Any) -> TrainerProcess:
+    def make(
+        settings: dict[str, Any] | None = None, start: bool = True, **kwargs: Any
+    ) -> TrainerProcess:
         home = tmp_path_factory.mktemp("trainer")
         trainer = TrainerProcess(home, settings, **kwargs)
         started.append(trainer)

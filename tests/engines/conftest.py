@@ -16,8 +16,6 @@ import pytest
 from akka_training.blobstore import LocalBlobStore
 from akka_training.devmodels import build_dev_models
 
-CACHE = Path(__file__).resolve().parents[2] / ".cache" / "devmodels"
-
 # Decides the action answering a report: (kind, body, reports so far) -> action.
 Script = Callable[[str, dict[str, Any], list["Report"]], str]
 
@@ -36,7 +34,7 @@ class ReportServer:
 
     url: str = ""
     reports: list[Report] = field(default_factory=list)
-    script: Script = lambda kind, body, reports: "continue"  # noqa: E731
+    script: Script = lambda kind, body, reports: "continue"
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def of(self, kind: str) -> list[dict[str, Any]]:
@@ -49,8 +47,9 @@ class ReportServer:
 
 
 @pytest.fixture(scope="session")
-def dev_models() -> dict[str, dict[str, Any]]:
-    return {entry["id"]: entry for entry in build_dev_models(CACHE)}
+def catalog(dev_models: Path) -> dict[str, dict[str, Any]]:
+    """Catalog entries by model id (the models are built already: this only reads them)."""
+    return {entry["id"]: entry for entry in build_dev_models(dev_models)}
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ LIMIT = 48
 
 
 def test_chat_rows_counted_as_an_independent_count_and_as_trl_drops_them(
-    dev_models: dict[str, dict[str, Any]], tmp_path: Path
+    catalog: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
-    tokenizer = AutoTokenizer.from_pretrained(dev_models["tiny-chat"]["path"])
+    tokenizer = AutoTokenizer.from_pretrained(catalog["tiny-chat"]["path"])
     rows = long_chat_rows(60)
     examples = sft_examples(rows, image_text=False)
 
@@ -60,9 +60,9 @@ def test_chat_rows_counted_as_an_independent_count_and_as_trl_drops_them(
 
 
 def test_prompt_completion_rows_counted_as_trl_drops_them(
-    dev_models: dict[str, dict[str, Any]], tmp_path: Path
+    catalog: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
-    tokenizer = AutoTokenizer.from_pretrained(dev_models["tiny-chat"]["path"])
+    tokenizer = AutoTokenizer.from_pretrained(catalog["tiny-chat"]["path"])
     examples = sft_examples(prompt_completion_rows(60), image_text=False)
 
     fit = sft_data_fit(examples, tokenizer, 24)
@@ -73,9 +73,9 @@ def test_prompt_completion_rows_counted_as_trl_drops_them(
 
 
 def test_image_rows_count_image_tokens_and_drop_nothing(
-    dev_models: dict[str, dict[str, Any]],
+    catalog: dict[str, dict[str, Any]],
 ) -> None:
-    processor = AutoProcessor.from_pretrained(dev_models["tiny-vision"]["path"])
+    processor = AutoProcessor.from_pretrained(catalog["tiny-vision"]["path"])
     examples = sft_examples(image_rows(4), image_text=True)
 
     roomy = sft_data_fit(examples, processor, 512)

@@ -18,9 +18,28 @@ CATALOG = [
         "revision": "abc123",
         "context-length": 4096,
         "envelopes": [
-            {"method": "sft", "engine": "trl", "gpus": 1, "precision": "BF16", "gpu-memory-gib": 20, "host-memory-gib": 32},
-            {"method": "grpo", "engine": "verl", "gpus": 1, "gpu-memory-gib": 40, "host-memory-gib": 64},
-            {"method": "grpo", "engine": "verl", "gpus": 4, "gpu-memory-gib": 40, "host-memory-gib": 128},
+            {
+                "method": "sft",
+                "engine": "trl",
+                "gpus": 1,
+                "precision": "BF16",
+                "gpu-memory-gib": 20,
+                "host-memory-gib": 32,
+            },
+            {
+                "method": "grpo",
+                "engine": "verl",
+                "gpus": 1,
+                "gpu-memory-gib": 40,
+                "host-memory-gib": 64,
+            },
+            {
+                "method": "grpo",
+                "engine": "verl",
+                "gpus": 4,
+                "gpu-memory-gib": 40,
+                "host-memory-gib": 128,
+            },
         ],
     },
     {
@@ -41,7 +60,15 @@ def settings(**trainer: Any) -> dict[str, Any]:
     return {
         "trainer": {
             "catalog": CATALOG,
-            "pools": [{"name": "training", "accelerator": "cpu", "devices": 4, "max-claim": 2, "host-ram-gib": 64}],
+            "pools": [
+                {
+                    "name": "training",
+                    "accelerator": "cpu",
+                    "devices": 4,
+                    "max-claim": 2,
+                    "host-ram-gib": 64,
+                }
+            ],
             **trainer,
         }
     }
@@ -81,7 +108,13 @@ def test_capacity_shows_the_pool_and_its_max_claim(verl_trainer: Any) -> None:
     out = verl_trainer.cli("training", "capacity").stdout
     assert "Pools:" in out and "Claims:" in out and "Projects:" in out
     header, row = [line.split("   ") for line in out.splitlines()[1:3]]
-    cells = dict(zip([h.strip() for h in header if h.strip()], [c.strip() for c in row if c.strip()], strict=True))
+    cells = dict(
+        zip(
+            [h.strip() for h in header if h.strip()],
+            [c.strip() for c in row if c.strip()],
+            strict=True,
+        )
+    )
     assert cells["POOL"] == "training"
     assert cells["MAX CLAIM"] == "2"
     assert cells["DECLARED"] == "4"
@@ -97,13 +130,17 @@ def test_base_models_get_lists_admitted_runs_and_methods_per_engine(verl_trainer
     assert "GPU MEMORY PER GPU" in out and "HOST MEMORY PER NODE" in out
     data = verl_trainer.cli_json("training", "base-models", "get", "qwen-test")
     assert sorted((e["method"], e["engine"], e["gpus"]) for e in data["admitted"]) == [
-        ("grpo", "verl", 1), ("grpo", "verl", 4), ("sft", "trl", 1)
+        ("grpo", "verl", 1),
+        ("grpo", "verl", 4),
+        ("sft", "trl", 1),
     ]
     vision = verl_trainer.cli_json("training", "base-models", "get", "vision-test")
     # Under verl, RL over an image-text model needs trainer.reinforcement.image-text.
     assert vision["methods"] == ["sft"]
     assert vision["methodsByEngine"]["trl"] == ["sft", "grpo", "gspo"]
-    listed = {m["id"]: m["methods"] for m in verl_trainer.cli_json("training", "base-models", "list")}
+    listed = {
+        m["id"]: m["methods"] for m in verl_trainer.cli_json("training", "base-models", "list")
+    }
     assert listed == {"qwen-test": ["sft", "grpo"], "vision-test": ["sft"]}
 
 
@@ -123,7 +160,9 @@ def test_a_project_token_cannot_read_another_project(verl_trainer: Any) -> None:
         with pytest.raises(Forbidden):
             alpha.project("beta")
         assert [p["name"] for p in alpha.projects()] == ["alpha"]
-    result = verl_trainer.cli("training", "projects", "get", "beta", env={"AKKA_ACCESS_TOKEN": secret}, check=False)
+    result = verl_trainer.cli(
+        "training", "projects", "get", "beta", env={"AKKA_ACCESS_TOKEN": secret}, check=False
+    )
     assert result.returncode == 1
     assert "no access to project 'beta'" in result.stderr
     assert "Traceback" not in result.stderr
@@ -159,11 +198,15 @@ def test_access_token_variable_beats_the_login(verl_trainer: Any) -> None:
     assert as_env["projects"] == ["gamma"]
 
 
-def test_a_context_on_another_api_host_exchanges_there(verl_trainer: Any, trainer_factory: Any) -> None:
+def test_a_context_on_another_api_host_exchanges_there(
+    verl_trainer: Any, trainer_factory: Any
+) -> None:
     other = trainer_factory(settings())
     # A second context whose API host is the other trainer, with that trainer's login.
     verl_trainer.cli("config", "set-context", "other", "--api-host", other.url)
-    verl_trainer.cli("auth", "login", "--name", "other", "--token", other.admin_token, "--context", "other")
+    verl_trainer.cli(
+        "auth", "login", "--name", "other", "--token", other.admin_token, "--context", "other"
+    )
     info = verl_trainer.cli_json("--context", "other", "training", "info")
     assert info["engine"] == "trl"
     assert verl_trainer.cli_json("training", "info")["engine"] == "verl"
@@ -178,14 +221,23 @@ def test_tokens_create_list_revoke(verl_trainer: Any) -> None:
     listed = verl_trainer.cli_json("auth", "tokens", "list")
     assert created["id"] in {t["id"] for t in listed}
     verl_trainer.cli("auth", "tokens", "revoke", created["id"])
-    result = verl_trainer.cli("training", "info", env={"AKKA_ACCESS_TOKEN": created["token"]}, check=False)
+    result = verl_trainer.cli(
+        "training", "info", env={"AKKA_ACCESS_TOKEN": created["token"]}, check=False
+    )
     assert result.returncode == 1 and "revoked" in result.stderr
 
 
 def test_info_exits_non_zero_when_the_service_is_down(trainer_factory: Any) -> None:
     trainer = trainer_factory(settings())
     trainer.stop()
-    result = trainer.cli("training", "info", "--trainer-url", trainer.url, env={"AKKA_ACCESS_TOKEN": "x"}, check=False)
+    result = trainer.cli(
+        "training",
+        "info",
+        "--trainer-url",
+        trainer.url,
+        env={"AKKA_ACCESS_TOKEN": "x"},
+        check=False,
+    )
     assert result.returncode == 1
     assert result.stderr.strip().startswith("error: The trainer at")
     assert "Traceback" not in result.stderr

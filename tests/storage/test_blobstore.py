@@ -27,7 +27,10 @@ def test_directories_round_trip_and_delete(tmp_path: Path) -> None:
     (src / "sub").mkdir(parents=True)
     (src / "a.txt").write_text("a")
     (src / "sub" / "b.txt").write_text("b")
-    assert store.put_dir("runs/r/adapter", src) == ["runs/r/adapter/a.txt", "runs/r/adapter/sub/b.txt"]
+    assert store.put_dir("runs/r/adapter", src) == [
+        "runs/r/adapter/a.txt",
+        "runs/r/adapter/sub/b.txt",
+    ]
     out = store.get_dir("runs/r/adapter", tmp_path / "out")
     assert (out / "sub" / "b.txt").read_text() == "b"
     store.delete("runs/r")

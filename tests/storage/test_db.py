@@ -26,8 +26,17 @@ def test_json_columns_and_timestamps(database: Database) -> None:
         s.add(Project(name="p"))
         s.add(
             Run(
-                id="r1", project="p", method="sft", engine="trl", base_model="m", dataset="p/d:v1",
-                pool="default", gpus=1, plan={"kind": "run"}, settings={"a": [1, 2]}, phase="QUEUED",
+                id="r1",
+                project="p",
+                method="sft",
+                engine="trl",
+                base_model="m",
+                dataset="p/d:v1",
+                pool="default",
+                gpus=1,
+                plan={"kind": "run"},
+                settings={"a": [1, 2]},
+                phase="QUEUED",
                 phase_since=datetime(2026, 1, 1, tzinfo=UTC),
             )
         )

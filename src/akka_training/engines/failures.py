@@ -49,6 +49,8 @@ _HOST_OOM_MARKERS = (
     "DefaultCPUAllocator: not enough memory",
     "Cannot allocate memory",
     "std::bad_alloc",
+    # A thread's stack could not be allocated.
+    "can't start new thread",
 )
 _DEVICE_OOM_MARKERS = ("CUDA out of memory", "CUDA error: out of memory", "HIP out of memory")
 

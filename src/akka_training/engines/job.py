@@ -25,6 +25,7 @@ from akka_training.core.reports import FailedReport, FinishedReport, StoppedRepo
 from akka_training.core.resolved import JobSpec
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.failures import classify_failure
+from akka_training.engines.offline import stay_offline
 from akka_training.engines.placement import current_placement
 from akka_training.engines.reporter import HttpReporter, StaleAttempt
 from akka_training.engines.snapshots import upload_adapter
@@ -53,10 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        # Without its token the job cannot report anything, not even its failure.
+        print(f"{TOKEN_ENV} is not set: the job cannot report to the service", file=sys.stderr)
+        return 2
     spec = JobSpec.model_validate_json(Path(args[0]).read_text())
-    reporter = HttpReporter(
-        spec.trainer_url, spec.run_id, spec.attempt, os.environ.get(TOKEN_ENV, "")
-    )
+    reporter = HttpReporter(spec.trainer_url, spec.run_id, spec.attempt, token)
     try:
         return run_job(spec, reporter, Path.cwd())
     finally:
@@ -65,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_job(spec: JobSpec, reporter: HttpReporter, workdir: Path) -> int:
     """Run one attempt under `spec`, reporting through `reporter`; the exit status."""
+    stay_offline()
     job = JobContext(
         spec=spec, reporter=reporter, store=open_blob_store(spec.storage_url), workdir=workdir
     )

@@ -77,8 +77,15 @@ class TrainerProcess:
         self.settings_path.write_text(yaml.safe_dump(self.settings))
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "akka_training.cli", "trainer", "serve", "--config",
-             str(self.settings_path)],
+            [
+                sys.executable,
+                "-m",
+                "akka_training.cli",
+                "trainer",
+                "serve",
+                "--config",
+                str(self.settings_path),
+            ],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

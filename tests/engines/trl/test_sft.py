@@ -6,14 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from akka_training.core.resolved import ResumePoint, SourcePin
 from tests.engines.conftest import ReportServer
-from akka_training.core.resolved import ResumePoint
 from tests.engines.jobs import make_spec, put_dataset, run_in_process
-from tests.engines.rows import chat_rows
+from tests.engines.rows import chat_rows, image_rows, long_chat_rows
 
 SFT = {
     "method": "sft",
@@ -27,9 +28,9 @@ SFT = {
 
 
 def test_sft_completes_and_the_adapter_changes_the_model(
-    dev_models: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
 ) -> None:
-    model = dev_models["tiny-chat"]
+    model = catalog["tiny-chat"]
     spec = make_spec(
         model=model,
         dataset=put_dataset(store, "maths", chat_rows(16)),
@@ -67,7 +68,7 @@ def test_sft_completes_and_the_adapter_changes_the_model(
 
 
 def test_pause_then_resume_continues_the_same_loss_curve(
-    dev_models: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
 ) -> None:
     config = {
         **SFT,
@@ -77,7 +78,7 @@ def test_pause_then_resume_continues_the_same_loss_curve(
 
     def spec(run_id: str, attempt: int = 1, resume: ResumePoint | None = None) -> Any:
         return make_spec(
-            model=dev_models["tiny-chat"],
+            model=catalog["tiny-chat"],
             dataset=dataset,
             config=config,
             trainer_url=report_server.url,
@@ -119,3 +120,112 @@ def test_pause_then_resume_continues_the_same_loss_curve(
 
 def _losses(server: ReportServer, run_id: str) -> dict[int, float]:
     return {s["step"]: s["metrics"]["loss"] for s in server.of("steps")}
+
+
+def test_an_image_text_run_adapts_the_language_model_only(
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+) -> None:
+    config = {
+        **SFT,
+        "maxSeqLength": 128,
+        "hyperparams": {**SFT["hyperparams"], "training": {"maxSteps": 2, "batchSize": 2}},
+    }
+    spec = make_spec(
+        model=catalog["tiny-vision"],
+        dataset=put_dataset(store, "colours", image_rows(4)),
+        config=config,
+        trainer_url=report_server.url,
+        store=store,
+    )
+
+    assert run_in_process(spec, tmp_path / "job") == 0
+
+    modules = report_server.of("training")[0]["adapterModules"]
+    assert modules and all(m.startswith("model.language_model.layers.") for m in modules)
+    assert not any("vision" in m or "audio" in m or "projector" in m for m in modules)
+    # all-linear over the language backbone: 7 projections in each of the 2 layers.
+    assert len(modules) == 14
+    assert report_server.of("finished")[0]["adapterModules"] == modules
+    assert [s["step"] for s in report_server.of("steps")] == [1, 2]
+
+
+def test_a_warm_start_trains_on_from_the_source_adapter(
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+) -> None:
+    dataset = put_dataset(store, "maths", chat_rows(16))
+    first = make_spec(
+        model=catalog["tiny-chat"],
+        dataset=dataset,
+        config=SFT,
+        trainer_url=report_server.url,
+        store=store,
+        run_id="source",
+    )
+    assert run_in_process(first, tmp_path / "source") == 0
+    source_losses = [s["metrics"]["loss"] for s in report_server.of("steps")]
+    report_server.reports.clear()
+
+    warm = make_spec(
+        model=catalog["tiny-chat"],
+        dataset=dataset,
+        config=SFT,
+        trainer_url=report_server.url,
+        store=store,
+        run_id="warm",
+        source=SourcePin(
+            kind="warm-start", run="source", snapshot=None, step=4, weights="runs/source/adapter/"
+        ),
+    )
+    assert run_in_process(warm, tmp_path / "warm") == 0
+
+    warm_losses = [s["metrics"]["loss"] for s in report_server.of("steps")]
+    # The same data again: the warm start begins where the source ended, not where it began.
+    assert warm_losses[0] < source_losses[0] - 0.05
+    assert abs(warm_losses[0] - source_losses[-1]) < abs(warm_losses[0] - source_losses[0])
+    assert (
+        report_server.of("training")[0]["adapterModules"]
+        == report_server.of("finished")[0]["adapterModules"]
+    )
+
+
+def test_step_figures_on_cpu(
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+) -> None:
+    spec = make_spec(
+        model=catalog["tiny-chat"],
+        dataset=put_dataset(store, "maths", long_chat_rows(16)),
+        eval_dataset=put_dataset(store, "maths-eval", chat_rows(4, seed=1)),
+        config={**SFT, "maxSeqLength": 48},
+        trainer_url=report_server.url,
+        store=store,
+        execution={"saveEvery": 2},
+    )
+
+    assert run_in_process(spec, tmp_path / "job") == 0
+
+    steps = {s["step"]: s["metrics"] for s in report_server.of("steps")}
+    every = {
+        "loss",
+        "learning_rate",
+        "grad_norm",
+        "tokens",
+        "tokens_per_second",
+        "timing/step",
+        "padding_share",
+        "memory/host_peak",
+    }
+    for figures in steps.values():
+        assert every <= set(figures)
+        # On CPU: no device split and no MFU (no known peak).
+        assert not any(k.startswith("memory/") and k != "memory/host_peak" for k in figures)
+        assert "mfu" not in figures
+        assert figures["memory/host_peak"] > 50 * 2**20
+        assert 0 <= figures["padding_share"] < 1
+        assert figures["tokens_per_second"] == pytest.approx(
+            figures["tokens"] / figures["timing/step"]
+        )
+    assert {"eval_loss", "timing/evaluation", "timing/save"} <= set(steps[2]) & set(steps[4])
+    assert not {"eval_loss", "timing/save"} & set(steps[1])
+    assert any(f["padding_share"] > 0 for f in steps.values())
+    fit = report_server.of("training")[0]["dataFit"]
+    assert fit["rows"] == 16 and fit["maxSeqLength"] == 48 and fit["rowsTruncated"] > 0
