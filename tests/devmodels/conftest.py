@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from akka_training.devmodels import build_dev_models
+from akka_training.devmodels.build import build_dev_models
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from akka_training.core.catalog import CatalogModel
-from akka_training.devmodels import BUILDER_VERSION, build_dev_models, directory_revision
+from akka_training.devmodels.build import BUILDER_VERSION, build_dev_models, directory_revision
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from akka_training.blobstore import LocalBlobStore
-from akka_training.devmodels import build_dev_models
+from akka_training.devmodels.build import build_dev_models
 
 # Decides the action answering a report: (kind, body, reports so far) -> action.
 Script = Callable[[str, dict[str, Any], list["Report"]], str]

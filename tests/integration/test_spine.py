@@ -241,3 +241,14 @@ def test_info_exits_non_zero_when_the_service_is_down(trainer_factory: Any) -> N
     assert result.returncode == 1
     assert result.stderr.strip().startswith("error: The trainer at")
     assert "Traceback" not in result.stderr
+
+
+def test_a_cached_access_token_the_trainer_forgot_is_exchanged_again(trainer_factory: Any) -> None:
+    trainer = trainer_factory(settings())
+    assert trainer.cli_json("training", "info")["engine"] == "trl"
+    cache = trainer.config_path.with_name(trainer.config_path.stem + ".tokens.yaml")
+    data = yaml.safe_load(cache.read_text())
+    data["local"]["accessToken"] = "akka_forgotten"
+    cache.write_text(yaml.safe_dump(data))
+    assert trainer.cli_json("training", "info")["engine"] == "trl"
+    assert yaml.safe_load(cache.read_text())["local"]["accessToken"] != "akka_forgotten"

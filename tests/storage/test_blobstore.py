@@ -41,3 +41,13 @@ def test_keys_cannot_leave_the_store(tmp_path: Path) -> None:
     store = open_blob_store(str(tmp_path / "b"))
     with pytest.raises(ValueError):
         store.put_bytes("../escape", b"x")
+
+
+def test_move_renames_a_blob(tmp_path: Path) -> None:
+    store = open_blob_store(str(tmp_path / "b"))
+    store.put_bytes("datasets/uploads/u1.jsonl", b"rows")
+    store.move("datasets/uploads/u1.jsonl", "datasets/sha256/abc.jsonl")
+    assert store.get_bytes("datasets/sha256/abc.jsonl") == b"rows"
+    assert store.list("datasets") == ["datasets/sha256/abc.jsonl"]
+    with pytest.raises(FileNotFoundError):
+        store.move("datasets/uploads/u1.jsonl", "datasets/sha256/abc.jsonl")

@@ -2,10 +2,12 @@
 
 from datetime import UTC, datetime
 
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from sqlalchemy import select
 
 from akka_training.storage.db import Database
-from akka_training.storage.models import Project, Run, Token
+from akka_training.storage.models import Base, Project, Run, Token
 
 
 def test_migrations_are_idempotent_and_rows_round_trip(database: Database) -> None:
@@ -57,3 +59,8 @@ def test_a_failed_transaction_leaves_nothing(database: Database) -> None:
         pass
     with database.session() as s:
         assert s.get(Project, "q") is None
+
+
+def test_the_migrations_build_exactly_the_models(database: Database) -> None:
+    with database.engine.connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []

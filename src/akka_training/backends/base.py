@@ -72,7 +72,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def logs(self, handle: dict[str, Any], offset: int = 0) -> tuple[str, int]:
-        """The job's output from byte `offset`, and the offset to continue from."""
+        """The job's output from byte `offset` (a negative offset counts from the end), and the
+        offset to continue from."""
 
     @abc.abstractmethod
     def observe(self) -> dict[str, ObservedPool]:

@@ -57,6 +57,16 @@ class BlobStore(abc.ABC):
     def list(self, prefix: str) -> list[str]:
         """Keys of the blobs under `prefix`, sorted."""
 
+    def move(self, src: str, dst: str) -> None:
+        """Make the blob `src` readable as `dst` (replacing it; atomic for readers of `dst`) and
+        remove `src`. This default copies through a writer; a store that can rename overrides it.
+        FileNotFoundError when `src` is absent."""
+        with self.open(src) as f, self.writer(dst) as w:
+            while chunk := f.read(1 << 20):
+                w.write(chunk)
+            w.commit()
+        self.delete(src)
+
     def put_bytes(self, key: str, data: bytes) -> None:
         with self.writer(key) as w:
             w.write(data)

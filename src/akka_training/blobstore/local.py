@@ -55,6 +55,13 @@ class LocalBlobStore(BlobStore):
     def writer(self, key: str) -> BlobWriter:
         return _LocalWriter(self._path(key), self._tmp)
 
+    def move(self, src: str, dst: str) -> None:
+        source, dest = self._path(src), self._path(dst)
+        if not source.is_file():
+            raise FileNotFoundError(src)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, dest)
+
     def open(self, key: str) -> BinaryIO:
         path = self._path(key)
         if not path.is_file():

@@ -75,7 +75,10 @@ def run() -> None:
         if not args or args in (["--help"], ["-h"]):
             args = ["--help"]
             print(GLOBAL_HELP.strip())
-        command.main(args=args, prog_name="akka", standalone_mode=False)
+        # Without standalone mode click returns a command's exit code instead of exiting.
+        code = command.main(args=args, prog_name="akka", standalone_mode=False)
+        if isinstance(code, int) and code != 0:
+            sys.exit(code)
     except AkkaError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         sys.exit(1)

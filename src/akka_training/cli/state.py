@@ -10,7 +10,13 @@ import os
 from dataclasses import dataclass, field
 
 from akka_training.client.api import TrainerClient
-from akka_training.client.contexts import ConfigFile, Context, load_config
+from akka_training.client.contexts import (
+    ConfigFile,
+    Context,
+    cached_access_token,
+    load_config,
+    remember_access_token,
+)
 from akka_training.core.errors import InvalidRequest
 
 DEFAULT_URL = "http://localhost:9001"
@@ -59,16 +65,31 @@ class State:
             return env_token, "AKKA_ACCESS_TOKEN"
         if ctx is None or not ctx.login:
             return None, "none"
+        cached = cached_access_token(self.config.path, ctx)
+        if cached:
+            return cached, f"context {ctx.name}"
         # The login is exchanged at the context's API host, which may differ from the trainer.
         with TrainerClient(ctx.api_host) as auth:
             answer = auth.exchange(ctx.login)
+        remember_access_token(self.config.path, ctx, answer["accessToken"], answer["expiresAt"])
         return str(answer["accessToken"]), f"context {ctx.name}"
 
     def client(self) -> TrainerClient:
         if self._client is None:
-            token, _ = self.credential()
-            self._client = TrainerClient(self.url(), token)
+            token, source = self.credential()
+            refresh = self._exchange_again if source.startswith("context ") else None
+            self._client = TrainerClient(self.url(), token, refresh=refresh)
         return self._client
+
+    def _exchange_again(self) -> str | None:
+        """After a 401 with a cached access token: exchange the login once more."""
+        ctx = self.current_context()
+        if ctx is None or not ctx.login:
+            return None
+        with TrainerClient(ctx.api_host) as auth:
+            answer = auth.exchange(ctx.login)
+        remember_access_token(self.config.path, ctx, answer["accessToken"], answer["expiresAt"])
+        return str(answer["accessToken"])
 
     def project(self, given: str | None) -> str:
         if given:

@@ -6,7 +6,7 @@ from the error code; a service that does not answer raises `TrainerUnreachable`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Self
 
 import httpx
@@ -15,10 +15,19 @@ from akka_training.core.errors import AkkaError, TrainerUnreachable, error_from_
 
 
 class BaseClient:
-    def __init__(self, url: str, token: str | None = None, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout: float = 60.0,
+        refresh: Callable[[], str | None] | None = None,
+    ) -> None:
+        """`refresh`, when given, returns a fresh token after a 401 (a cached token the trainer
+        no longer knows); the request is then sent once more."""
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._refresh = refresh
 
     def close(self) -> None:
         self._http.close()
@@ -43,8 +52,27 @@ class BaseClient:
         timeout: float | None = None,
     ) -> Any:
         params = {k: v for k, v in (params or {}).items() if v is not None}
+        response = self._send(method, path, json, params, content, headers, timeout)
+        if response.status_code == 401 and self._refresh is not None and not _is_stream(content):
+            token = self._refresh()
+            self._refresh = None
+            if token:
+                self._http.headers["Authorization"] = f"Bearer {token}"
+                response = self._send(method, path, json, params, content, headers, timeout)
+        return _decode(response)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        json: Any,
+        params: dict[str, Any],
+        content: bytes | Iterable[bytes] | None,
+        headers: dict[str, str] | None,
+        timeout: float | None,
+    ) -> httpx.Response:
         try:
-            response = self._http.request(
+            return self._http.request(
                 method,
                 path,
                 json=json,
@@ -62,7 +90,6 @@ class BaseClient:
             raise TrainerUnreachable(f"The trainer at {self.url} did not answer in time.") from exc
         except httpx.HTTPError as exc:
             raise TrainerUnreachable(f"The request to {self.url} failed: {exc}") from exc
-        return _decode(response)
 
     def stream_lines(
         self, path: str, params: dict[str, Any] | None = None, timeout: float | None = None
@@ -89,6 +116,10 @@ class BaseClient:
 
     def delete(self, path: str, **params: Any) -> Any:
         return self.request("DELETE", path, params=params)
+
+
+def _is_stream(content: object) -> bool:
+    return content is not None and not isinstance(content, bytes | str)
 
 
 def _decode(response: httpx.Response) -> Any:

@@ -13,8 +13,10 @@ The file holds secrets, so it is written with mode 600.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +99,54 @@ def load_config(path: Path | None = None) -> ConfigFile:
             login=body.get("login"),
         )
     return ConfigFile(path, data.get("current-context"), contexts)
+
+
+# Access tokens exchanged from a context's login, kept beside the configuration file so that
+# commands do not exchange the login every time. Mode 600, like the file itself.
+_CACHE_MARGIN = timedelta(minutes=5)
+
+
+def _cache_path(config: Path) -> Path:
+    return config.with_name(config.stem + ".tokens.yaml")
+
+
+def _cache_key(ctx: Context) -> str:
+    return hashlib.sha256(f"{ctx.api_host}\0{ctx.login}".encode()).hexdigest()
+
+
+def cached_access_token(config: Path, ctx: Context) -> str | None:
+    path = _cache_path(config)
+    try:
+        cache = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    entry = cache.get(ctx.name) if isinstance(cache, dict) else None
+    if not isinstance(entry, dict) or entry.get("key") != _cache_key(ctx):
+        return None
+    try:
+        expires = datetime.fromisoformat(str(entry["expiresAt"]))
+    except (KeyError, ValueError):
+        return None
+    if expires - _CACHE_MARGIN <= datetime.now(UTC):
+        return None
+    return str(entry.get("accessToken")) or None
+
+
+def remember_access_token(config: Path, ctx: Context, token: str, expires_at: str) -> None:
+    path = _cache_path(config)
+    try:
+        cache = yaml.safe_load(path.read_text()) or {} if path.exists() else {}
+    except (OSError, yaml.YAMLError):
+        cache = {}
+    if not isinstance(cache, dict):
+        cache = {}
+    cache[ctx.name] = {"key": _cache_key(ctx), "accessToken": token, "expiresAt": expires_at}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".part")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(cache, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache that cannot be written only costs an exchange next time

@@ -1,9 +1,110 @@
-"""Datasets."""
+"""Datasets: register (streamed), list, get, versions, aliases."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+from urllib.parse import quote
+
 from akka_training.client.base import BaseClient
+from akka_training.core.errors import InvalidRequest
+from akka_training.core.refs import BadReference, parse_ref
+
+# Bytes read and sent at a time: large enough that the upload is not bound by per-chunk costs.
+CHUNK_BYTES = 1024 * 1024
+# The server may finish validating and syncing a large file after the last byte arrives.
+UPLOAD_TIMEOUT = 600.0
 
 
 class DatasetsApi(BaseClient):
-    pass
+    def register_dataset(
+        self,
+        name: str,
+        source: str | Path | BinaryIO | Iterable[bytes],
+        *,
+        alias: str | None = None,
+        size: int | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> dict[str, Any]:
+        """Stream a JSONL file into a new version of `name` (``PROJECT/NAME``); returns the
+        version, with ``created`` false when the same content was registered before. `source` is
+        a path, a binary file or an iterable of bytes; `size` (known for a path) lets the trainer
+        refuse an over-limit file before it is sent; `progress` is called with each chunk's
+        length as it is sent."""
+        project, dataset = _split_name(name)
+        if isinstance(source, str | Path):
+            path = Path(source)
+            with open(path, "rb") as f:
+                return self.register_dataset(
+                    name, f, alias=alias, size=os.fstat(f.fileno()).st_size, progress=progress
+                )
+        if hasattr(source, "read"):
+            chunks = _read_chunks(cast(BinaryIO, source))
+        else:
+            chunks = iter(cast(Iterable[bytes], source))
+        if progress is not None:
+            chunks = _reporting(chunks, progress)
+        headers = {"Content-Type": "application/x-ndjson"}
+        if size is not None:
+            headers["Content-Length"] = str(size)
+        return self.request(
+            "POST",
+            f"/v1/datasets/{project}/{dataset}",
+            params={"alias": alias},
+            content=chunks,
+            headers=headers,
+            timeout=UPLOAD_TIMEOUT,
+        )
+
+    def datasets(self, project: str | None = None) -> list[dict[str, Any]]:
+        """Every dataset name you can see (or one project's), with its newest version."""
+        return self.get("/v1/datasets", project=project)
+
+    def dataset(self, ref: str) -> dict[str, Any]:
+        """The version a reference names (``PROJECT/NAME[:vN|:ALIAS|@sha256:PREFIX]``), with
+        the list of its name's versions."""
+        return self.get(_path(ref))
+
+    def dataset_versions(self, name: str) -> list[dict[str, Any]]:
+        """Every version of ``PROJECT/NAME``, oldest first."""
+        return self.get(_path(name) + "/versions")
+
+    def set_dataset_alias(self, ref: str, alias: str) -> dict[str, Any]:
+        """Point `alias` at the version `ref` names; ``previous`` says where it pointed."""
+        return self.request("PUT", _path(ref) + f"/aliases/{quote(alias, safe='')}")
+
+
+def _split_name(name: str) -> tuple[str, str]:
+    try:
+        ref = parse_ref(name)
+    except BadReference as exc:
+        raise InvalidRequest(str(exc)) from None
+    if ref.version is not None or ref.alias or ref.digest:
+        raise InvalidRequest(
+            f"Register under PROJECT/NAME ({ref.full_name}), not {name}: the trainer numbers "
+            "versions itself; use --alias to name the new version."
+        )
+    return ref.project, ref.name
+
+
+def _path(ref: str) -> str:
+    project, slash, rest = ref.strip().partition("/")
+    if not slash or not project or not rest:
+        raise InvalidRequest(
+            f"{ref!r} is not a reference; write PROJECT/NAME, PROJECT/NAME:vN, "
+            "PROJECT/NAME:ALIAS or PROJECT/NAME@sha256:HASH"
+        )
+    return f"/v1/datasets/{quote(project, safe='')}/{quote(rest, safe=':@')}"
+
+
+def _read_chunks(f: BinaryIO) -> Iterator[bytes]:
+    while chunk := f.read(CHUNK_BYTES):
+        yield chunk
+
+
+def _reporting(chunks: Iterator[bytes], progress: Callable[[int], None]) -> Iterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+        progress(len(chunk))

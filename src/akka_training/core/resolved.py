@@ -45,6 +45,15 @@ class SourcePin(PlanModel):
     lora_alpha: float | None = None
 
 
+class BundlePin(PlanModel):
+    """A scoring bundle a run's rule terms or tools load, pinned by hash."""
+
+    name: str  # PROJECT/NAME
+    version: int
+    sha256: str
+    blob: str
+
+
 class Settings(PlanModel):
     project: str
     method: Literal["sft", "grpo", "gspo"]
@@ -53,6 +62,8 @@ class Settings(PlanModel):
     dataset: DatasetPin
     eval_dataset: DatasetPin | None = None
     source: SourcePin | None = None
+    # Bundles by the pinned reference the config's terms and tools carry (PROJECT/NAME@sha256:…).
+    bundles: dict[str, BundlePin] = Field(default_factory=dict)
     config: RunConfig
     execution: Execution
 
@@ -79,6 +90,7 @@ class JobSpec(PlanModel):
     run_id: str
     attempt: int
     project: str
+    model_name: str | None = None
     pipeline: str | None = None
     stage: str | None = None
     trainer_url: str

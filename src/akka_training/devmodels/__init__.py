@@ -2,20 +2,6 @@
 in the ordinary Hugging Face layout, for tests and the demo.
 
 ``python -m akka_training.devmodels build DIR`` builds them and prints their catalog entries.
+`akka_training.devmodels.build` needs the training stack; `akka_training.devmodels.catalog`
+does not, so this package imports nothing heavy by itself.
 """
-
-from akka_training.devmodels.build import (
-    BUILDER_VERSION,
-    DEV_MODEL_IDS,
-    build_dev_models,
-    catalog_entry,
-    directory_revision,
-)
-
-__all__ = [
-    "BUILDER_VERSION",
-    "DEV_MODEL_IDS",
-    "build_dev_models",
-    "catalog_entry",
-    "directory_revision",
-]

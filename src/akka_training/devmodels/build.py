@@ -37,6 +37,11 @@ from transformers import (
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 from transformers.utils import logging as hf_logging
 
+from akka_training.devmodels.catalog import (
+    CONTEXT_LENGTH,
+    MARKER,
+    catalog_entry,
+)
 from akka_training.devmodels.tokenizer import (
     IMAGE_END,
     IMAGE_SOFT,
@@ -47,14 +52,10 @@ from akka_training.devmodels.tokenizer import (
 
 # Bump when anything a build writes changes: a directory built by another version is rebuilt.
 BUILDER_VERSION = 1
-MARKER = "akka-devmodel.json"
-CONTEXT_LENGTH = 2048
 SEED = 1234
 # Pixels per side of the images the vision model takes (a processor resizes any image to it).
 IMAGE_SIZE = 32
 IMAGE_TOKENS = 4
-
-DEV_MODEL_IDS: tuple[str, ...] = ("tiny-chat", "tiny-vision")
 
 
 def build_dev_models(dest: Path) -> list[dict[str, Any]]:
@@ -63,42 +64,6 @@ def build_dev_models(dest: Path) -> list[dict[str, Any]]:
     dest = Path(dest).resolve()
     dest.mkdir(parents=True, exist_ok=True)
     return [_build_one(dest, model_id, builder) for model_id, builder in _BUILDERS.items()]
-
-
-def catalog_entry(model_id: str, path: Path, revision: str, modality: str) -> dict[str, Any]:
-    """The catalog entry of a development model: TRL envelopes at 1 GPU in FP32 for every method,
-    and verl envelopes for reinforcement at 1, 2, 4 and 8 GPUs in BF16."""
-    envelopes: list[dict[str, Any]] = [
-        {
-            "method": method,
-            "engine": "trl",
-            "gpus": 1,
-            "precision": "FP32",
-            "gpuMemoryGib": 2.0,
-            "hostMemoryGib": 4.0,
-        }
-        for method in ("sft", "grpo", "gspo")
-    ]
-    envelopes += [
-        {
-            "method": method,
-            "engine": "verl",
-            "gpus": gpus,
-            "precision": "BF16",
-            "gpuMemoryGib": 4.0,
-            "hostMemoryGib": 8.0 * gpus,
-        }
-        for method in ("grpo", "gspo")
-        for gpus in (1, 2, 4, 8)
-    ]
-    return {
-        "id": model_id,
-        "path": str(path),
-        "revision": revision,
-        "modality": modality,
-        "contextLength": CONTEXT_LENGTH,
-        "envelopes": envelopes,
-    }
 
 
 def directory_revision(directory: Path) -> str:

@@ -9,10 +9,23 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from akka_training import __version__
+from akka_training.controller.loop import Controller
 from akka_training.server.bootstrap import bootstrap
 from akka_training.server.context import AppContext, build_context
 from akka_training.server.errors import install_error_handlers
-from akka_training.server.routers import catalog, datasets, projects, system
+from akka_training.server.observability import Observability
+from akka_training.server.routers import (
+    bundles,
+    catalog,
+    datasets,
+    grafana,
+    jobs,
+    pipelines,
+    projects,
+    runs,
+    system,
+)
+from akka_training.server.services.pipelines import advance_all
 from akka_training.server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -24,14 +37,20 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
         context = ctx or build_context(settings)
         bootstrap(context)
         app.state.ctx = context
+        context.telemetry = Observability(context)
+        context.controller = Controller(context)
+        context.controller.hooks.append(lambda: advance_all(context))
+        context.controller.start()
         try:
             yield
         finally:
+            context.controller.stop()
+            context.telemetry.shutdown()
             context.backend.close()
             context.db.dispose()
 
     app = FastAPI(title="akka training", version=__version__, lifespan=lifespan)
     install_error_handlers(app)
-    for module in (system, projects, catalog, datasets):
+    for module in (system, projects, catalog, datasets, bundles, runs, pipelines, jobs, grafana):
         app.include_router(module.router)
     return app

@@ -108,6 +108,7 @@ def make_backend(
         },
         accelerator="cpu" if host.accelerator == "cpu" else "gpu",
         grace_seconds=settings.trainer.local.stop_grace_seconds,
+        python=settings.trainer.local.python,
     )
 
 

@@ -97,6 +97,8 @@ class RayBackend(_Section):
 
 
 class LocalBackend(_Section):
+    # The interpreter that runs jobs; default: the service's own.
+    python: str | None = None
     # Grace period between SIGTERM and SIGKILL when a job is stopped.
     stop_grace_seconds: float = Field(20.0, ge=0)
     # Apply the envelope's host memory to each job as its data-size limit.

@@ -135,6 +135,7 @@ class Pipeline(Base):
     plan: Mapped[dict[str, Any]] = mapped_column()
     # RUNNING, COMPLETED, FAILED, CANCELLED
     state: Mapped[str] = mapped_column(String(16), default="RUNNING")
+    failure: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column()
 

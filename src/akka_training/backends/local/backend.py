@@ -125,9 +125,11 @@ class LocalBackend(Backend):
         if not path.exists():
             return "", offset
         with open(path, "rb") as f:
-            f.seek(offset)
+            size = f.seek(0, 2)
+            start = max(0, size + offset) if offset < 0 else min(offset, size)
+            f.seek(start)
             data = f.read()
-        return data.decode("utf-8", errors="replace"), offset + len(data)
+        return data.decode("utf-8", errors="replace"), start + len(data)
 
     def observe(self) -> dict[str, ObservedPool]:
         return {

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import typer
 
-from akka_training.cli.training import base_models, datasets, info, projects
+from akka_training.cli.training import (
+    base_models,
+    bundles,
+    datasets,
+    info,
+    pipelines,
+    projects,
+    runs,
+)
 
 app = typer.Typer(help="Train adapters: datasets, runs, pipelines, capacity.", no_args_is_help=True)
 app.command("info")(info.info)
@@ -20,3 +28,6 @@ def add_noun(sub: typer.Typer, plural: str, singular: str) -> None:
 add_noun(base_models.app, "base-models", "base-model")
 add_noun(projects.app, "projects", "project")
 add_noun(datasets.app, "datasets", "dataset")
+add_noun(runs.app, "runs", "run")
+add_noun(pipelines.app, "pipelines", "pipeline")
+add_noun(bundles.app, "bundles", "bundle")

@@ -1,7 +1,225 @@
-"""`akka training datasets`."""
+"""`akka training datasets`: register (streamed, with a progress bar), list, get, versions,
+alias."""
 
 from __future__ import annotations
 
+import os
+import stat
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
 import typer
 
+from akka_training.cli.output import ago, details, emit, human_bytes, section, table
+from akka_training.cli.state import state
+from akka_training.core.errors import InvalidRequest
+
 app = typer.Typer(help="Register and inspect datasets.", no_args_is_help=True)
+
+# Smaller uploads finish before a bar would be worth drawing.
+PROGRESS_MIN_BYTES = 4 * 1024 * 1024
+
+
+@app.command("register")
+def register(
+    name: str = typer.Argument(..., metavar="PROJECT/NAME"),
+    file: str = typer.Option(..., "-f", "--file", help="A JSONL file, or - for stdin."),
+    alias: str = typer.Option(None, "--alias", help="Point this alias at the version."),
+) -> None:
+    """Stream a JSONL file into a new version of PROJECT/NAME (the same content registers
+    once)."""
+    source, size = _open(file)
+    # A streamed body cannot be sent twice: make sure the token is good before streaming.
+    state.client().whoami()
+    try:
+        with _progress(size) as advance:
+            result = state.client().register_dataset(
+                name, source, alias=alias, size=size, progress=advance
+            )
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+    emit(result, _print_registered)
+
+
+@app.command("list")
+def list_datasets(
+    project: str = typer.Option(None, "--project", help="Only this project."),
+) -> None:
+    """Datasets you can see, with their newest version."""
+    rows = state.client().datasets(project)
+    emit(
+        rows,
+        lambda rs: table(
+            [
+                "DATASET",
+                "LATEST",
+                "VERSIONS",
+                "ROWS",
+                "BYTES",
+                "FORMAT",
+                "IMAGES",
+                "ALIASES",
+                "UPDATED",
+            ],
+            [
+                [
+                    r["dataset"],
+                    f"v{r['latest']}",
+                    r["versions"],
+                    r["rows"],
+                    human_bytes(r["bytes"]),
+                    r["format"],
+                    r["hasImages"],
+                    [f"{a}→v{n}" for a, n in r["aliases"].items()],
+                    ago(r["updatedAt"]),
+                ]
+                for r in rs
+            ],
+        ),
+    )
+
+
+@app.command("get")
+def get(ref: str = typer.Argument(..., metavar="PROJECT/NAME[:vN|:ALIAS|@sha256:HASH]")) -> None:
+    """A version's rows, bytes, format, hash and image flag, and every version of its name."""
+    emit(state.client().dataset(ref), _print_dataset)
+
+
+@app.command("versions")
+def versions(name: str = typer.Argument(..., metavar="PROJECT/NAME")) -> None:
+    """Every version of a dataset, oldest first."""
+    emit(state.client().dataset_versions(name), _print_versions)
+
+
+@app.command("alias")
+def set_alias(
+    ref: str = typer.Argument(..., metavar="PROJECT/NAME:vN"),
+    alias: str = typer.Argument(..., metavar="ALIAS"),
+) -> None:
+    """Point ALIAS at a version (creating the alias or moving it)."""
+    result = state.client().set_dataset_alias(ref, alias)
+    emit(result, _print_alias)
+
+
+# --- reading and progress ------------------------------------------------------------------------
+
+
+def _open(file: str) -> tuple[BinaryIO, int | None]:
+    """The file to send and its size when known (a size lets the trainer refuse an over-limit
+    file before any of it is sent)."""
+    if file == "-":
+        stdin = sys.stdin.buffer
+        info = os.fstat(stdin.fileno())
+        if stat.S_ISREG(info.st_mode):
+            return stdin, info.st_size - stdin.tell()
+        return stdin, None
+    path = Path(file)
+    if not path.is_file():
+        raise InvalidRequest(f"There is no file {file}; give a JSONL file with -f, or - for stdin.")
+    f = open(path, "rb")  # noqa: SIM115 - closed by the caller after the upload
+    return f, os.fstat(f.fileno()).st_size
+
+
+@contextmanager
+def _progress(size: int | None) -> Iterator[Callable[[int], None] | None]:
+    """A bar with bytes and rate on stderr, for people: only on a terminal, without -q, in text
+    output, and for files big enough to take a moment (or of unknown size)."""
+    show = (
+        state.output == "text"
+        and not state.quiet
+        and sys.stderr.isatty()
+        and (size is None or size >= PROGRESS_MIN_BYTES)
+    )
+    if not show:
+        yield None
+        return
+    # Imported here: rich's progress machinery is only worth loading for a long upload.
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = Console(stderr=True, no_color=state.no_color)
+    columns = [
+        TextColumn("uploading"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    ]
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("upload", total=size)
+        yield lambda n: bar.advance(task, n)
+
+
+# --- text output ---------------------------------------------------------------------------------
+
+
+def _print_registered(d: dict[str, Any]) -> None:
+    summary = (
+        f"{d['rows']} rows, {human_bytes(d['bytes'])}, {d['format']}, sha256:{d['sha256'][:12]}"
+    )
+    if d["created"]:
+        print(f"Registered {d['ref']} ({summary}).")
+    else:
+        print(f"{d['dataset']}: this content is already registered as {d['ref']} ({summary}).")
+    if d.get("alias"):
+        _print_alias(d)
+
+
+def _print_alias(d: dict[str, Any]) -> None:
+    previous = d.get("previous")
+    if previous is None:
+        print(f"Alias {d['alias']} now points at {d['ref']}.")
+    elif previous == d["version"]:
+        print(f"Alias {d['alias']} already points at {d['ref']}.")
+    else:
+        print(f"Alias {d['alias']} moved from v{previous} to {d['ref']}.")
+
+
+def _print_dataset(d: dict[str, Any]) -> None:
+    details(
+        [
+            ("Dataset", d["ref"]),
+            ("Latest", "yes" if d["latest"] else "no (a newer version exists)"),
+            ("Format", d["format"]),
+            ("Rows", d["rows"]),
+            ("Bytes", f"{human_bytes(d['bytes'])} ({d['bytes']} bytes)"),
+            ("SHA256", d["sha256"]),
+            ("Images", d["hasImages"]),
+            ("Aliases", d["aliases"]),
+            ("Created", d["createdAt"][:19].replace("T", " ")),
+        ]
+    )
+    print()
+    section("Versions")
+    _print_versions(d["versions"], indent="  ")
+
+
+def _print_versions(rows: list[dict[str, Any]], indent: str = "") -> None:
+    table(
+        ["VERSION", "ROWS", "BYTES", "FORMAT", "IMAGES", "SHA256", "ALIASES", "CREATED"],
+        [
+            [
+                f"v{r['version']}",
+                r["rows"],
+                human_bytes(r["bytes"]),
+                r["format"],
+                r["hasImages"],
+                r["sha256"][:12],
+                r["aliases"],
+                r["createdAt"][:19].replace("T", " "),
+            ]
+            for r in rows
+        ],
+        indent=indent,
+    )

@@ -115,6 +115,7 @@ def upgrade() -> None:
         sa.Column("submission_id", sa.String(length=128), nullable=True),
         sa.Column("plan", sa.JSON(), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
+        sa.Column("failure", sa.Text(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(

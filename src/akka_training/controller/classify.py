@@ -1,0 +1,40 @@
+"""Why a job ended without reporting it: out of device memory, out of host memory (or killed by
+the OOM killer), or a crash with its last log lines."""
+
+from __future__ import annotations
+
+import re
+import signal
+
+from akka_training.backends.base import JobStatus
+from akka_training.core.failures import FailureReason
+
+_DEVICE_OOM = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory"
+)
+_HOST_OOM = re.compile(
+    r"\bMemoryError\b|can't allocate memory|Cannot allocate memory|std::bad_alloc|Killed\s*$", re.M
+)
+
+
+def classify_exit(status: JobStatus, log_tail: str) -> tuple[FailureReason, str]:
+    tail = _last_lines(log_tail, 15)
+    if _DEVICE_OOM.search(log_tail):
+        return FailureReason.DEVICE_OOM, tail
+    if _HOST_OOM.search(log_tail):
+        return FailureReason.HOST_OOM, tail
+    if status.signal == signal.SIGKILL:
+        # Nobody asked this job to stop: on Linux that is the out-of-memory killer.
+        return (
+            FailureReason.HOST_OOM,
+            "the job was killed (SIGKILL) without being asked to stop.\n" + tail,
+        )
+    if status.exit_code == 0:
+        return FailureReason.JOB_CRASHED, "the job exited without reporting its end.\n" + tail
+    how = f"signal {status.signal}" if status.signal else f"exit code {status.exit_code}"
+    return FailureReason.JOB_CRASHED, f"the job ended with {how}.\n{tail}"
+
+
+def _last_lines(text: str, n: int) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[-n:])

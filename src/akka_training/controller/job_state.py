@@ -1,0 +1,69 @@
+"""Deciding about a run's job, shared by the phases that hold devices: launch a pending attempt
+when its back-off has passed, and read a job that ended."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from akka_training.controller.classify import classify_exit
+from akka_training.controller.views import Decision, Limits, Probe, RunView
+
+
+def launch_due(view: RunView, now: datetime) -> bool:
+    attempt = view.attempt
+    return (
+        attempt is not None
+        and attempt.state == "pending"
+        and (attempt.next_try_at is None or attempt.next_try_at <= now)
+    )
+
+
+def job_running(view: RunView) -> bool:
+    return view.attempt is not None and view.attempt.state == "launched"
+
+
+def cancel(view: RunView, probe: Probe) -> Decision:
+    """A cancel of a run that holds devices: stop its job, end the run once the job is gone."""
+    if not job_running(view) or _exited(probe):
+        return Decision(rule="cancel", release_claim=True, attempt_exited=job_running(view))
+    if view.attempt is not None and not view.attempt.stop_sent:
+        return Decision(stop_job=True)
+    return Decision()
+
+
+def ended(view: RunView, probe: Probe) -> Decision | None:
+    """The decision for a job that is gone while its run still expects it, or None."""
+    if probe.status is None:
+        return None
+    if probe.status.state == "missing":
+        return Decision(
+            rule="requeue",
+            attempt_exited=True,
+            release_claim=True,
+            notes=["the cluster lost the job; it runs again from its last snapshot"],
+        )
+    if probe.status.state != "exited":
+        return None
+    assert view.attempt is not None
+    if view.attempt.outcome is not None:
+        # The job reported its end; the report moved the run. Only the bookkeeping is left.
+        return Decision(attempt_exited=True, release_claim=True)
+    reason, detail = classify_exit(probe.status, probe.log_tail)
+    return Decision(
+        rule="fail", reason=reason, detail=detail, attempt_exited=True, release_claim=True
+    )
+
+
+def stalled(view: RunView, now: datetime, limits: Limits) -> bool | None:
+    """True when the run's steps stopped rising for longer than the window while its job lives;
+    False when a stalled run moves again; None for no change."""
+    if view.last_step_at is None:
+        return None
+    quiet = (now - view.last_step_at).total_seconds()
+    if quiet > limits.stall_seconds and not view.stalled:
+        return True
+    return None
+
+
+def _exited(probe: Probe) -> bool:
+    return probe.status is not None and probe.status.state in ("exited", "missing")

@@ -1,0 +1,88 @@
+"""What a job is started with: its spec (the resolved settings, the snapshot to resume from,
+where to report) and its token."""
+
+from __future__ import annotations
+
+import math
+
+from sqlalchemy import select
+
+from akka_training.backends.base import LaunchRequest
+from akka_training.core.resolved import JobSpec, ResumePoint, Settings, Telemetry
+from akka_training.server.context import AppContext
+from akka_training.server.services.tokens import create_job_token
+from akka_training.storage.models import Attempt, Claim, Run, Snapshot
+
+SCRIPTED_JOB = "akka_training.testing.scripted_job"
+
+
+def prepare_launch(
+    ctx: AppContext, run_id: str, number: int, traceparent: str | None = None
+) -> LaunchRequest | None:
+    """A launch request for the attempt, with a fresh token; None if the attempt moved on."""
+    with ctx.db.session() as session:
+        run = session.get(Run, run_id)
+        attempt = session.get(Attempt, (run_id, number))
+        if run is None or attempt is None or attempt.state != "pending":
+            return None
+        claim = session.scalar(
+            select(Claim).where(Claim.run_id == run_id, Claim.state == "GRANTED")
+        )
+        if claim is None:
+            return None
+        resume = None
+        if attempt.resume_snapshot:
+            snap = session.get(Snapshot, (run_id, attempt.resume_snapshot))
+            if snap is not None and snap.training_state:
+                resume = ResumePoint(
+                    snapshot=snap.name,
+                    step=snap.step,
+                    weights=snap.weights,
+                    training_state=snap.training_state,
+                )
+        token = create_job_token(session, run_id, number, run.project)
+        settings = ctx.settings
+        ray = settings.trainer.ray if settings.trainer.backend == "ray" else None
+        spec = JobSpec(
+            run_id=run_id,
+            attempt=number,
+            project=run.project,
+            model_name=run.model_name,
+            pipeline=run.pipeline_id,
+            stage=run.stage,
+            trainer_url=(ray.trainer_url if ray and ray.trainer_url else settings.trainer_url),
+            storage_url=(ray.storage_url if ray and ray.storage_url else settings.storage_url),
+            settings=Settings.model_validate(run.settings),
+            resume=resume,
+            telemetry=Telemetry(
+                collector_endpoint=settings.trainer.telemetry.collector_endpoint,
+                traceparent=traceparent or run.traceparent,
+                stall_seconds=settings.trainer.controller.stall_seconds,
+            ),
+        )
+        envelope = None
+        for model in ctx.catalog:
+            if model.id == run.base_model:
+                envelope = model.envelope(run.method, ctx.engine, run.gpus, ctx.image_text_rl)
+        host_memory = None
+        if settings.trainer.local.enforce_host_memory and envelope and envelope.host_memory_gib:
+            host_memory = math.ceil(envelope.host_memory_gib * 2**30)
+        env = {"AKKA_JOB_TOKEN": token}
+        if spec.telemetry.traceparent:
+            env["TRACEPARENT"] = spec.telemetry.traceparent
+        verl_python = settings.trainer.reinforcement.verl_python
+        if verl_python:
+            env["AKKA_VERL_PYTHON"] = verl_python
+        return LaunchRequest(
+            run_id=run_id,
+            attempt=number,
+            pool=claim.pool,
+            devices=claim.devices,
+            device_ids=[int(i) for i in claim.device_ids],
+            job_spec=spec.to_json(),
+            env=env,
+            host_memory_bytes=host_memory,
+            entry_module=SCRIPTED_JOB
+            if settings.trainer.testing.scripted_jobs
+            else "akka_training.engines.job",
+        )

@@ -1,0 +1,262 @@
+"""The reconcile loop: observe the cluster, admit queued claims, then reconcile every run that
+needs work. It runs in a thread of the service; on Postgres only the replica holding the
+advisory lock reconciles."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import or_, select
+
+from akka_training.backends.base import ClusterUnreachable, JobStatus, LaunchRefused, ObservedPool
+from akka_training.controller import paused, pausing, preparing, queued, terminal, training
+from akka_training.controller.apply import (
+    apply,
+    load_view,
+    record_launch_failure,
+    record_launched,
+    record_stop_sent,
+)
+from akka_training.controller.launch import prepare_launch
+from akka_training.controller.leader import Leadership
+from akka_training.controller.sweep import sweep_snapshots
+from akka_training.controller.views import Decision, Limits, Probe, RunView
+from akka_training.core.phases import TERMINAL, Phase
+from akka_training.scheduler.admission import PoolState, Waiting, admit, free_device_ids
+from akka_training.server.context import AppContext
+from akka_training.storage.models import Attempt, Claim, Project, Run
+from akka_training.telemetry.catalog import RUN_ATTEMPT
+
+log = logging.getLogger(__name__)
+
+PHASES: dict[str, Callable[..., Decision]] = {
+    Phase.QUEUED: queued.process,
+    Phase.PREPARING: preparing.process,
+    Phase.TRAINING: training.process,
+    Phase.PAUSING: pausing.process,
+    Phase.PAUSED: paused.process,
+    Phase.COMPLETED: terminal.process,
+    Phase.FAILED: terminal.process,
+    Phase.CANCELLED: terminal.process,
+}
+
+
+class Controller:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+        cfg = ctx.settings.trainer.controller
+        self.interval = cfg.interval_seconds
+        self.limits = Limits(
+            start_retries=cfg.start_retries,
+            retry_base_seconds=cfg.retry_base_seconds,
+            stall_seconds=cfg.stall_seconds,
+            unreachable_seconds=cfg.unreachable_seconds,
+            stop_grace_seconds=ctx.settings.trainer.local.stop_grace_seconds,
+        )
+        self.leader = Leadership(ctx.db)
+        self._observed: dict[str, ObservedPool] | None = None
+        self._observed_at = 0.0
+        self._unreachable_since: datetime | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ticks = 0
+        self.hooks: list[Callable[[], None]] = []  # extra work each pass (pipelines)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="akka-controller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.leader.release()
+
+    def wake(self) -> None:
+        """Run the next pass now (a request changed something)."""
+        self._wake.set()
+
+    def observed(self) -> dict[str, ObservedPool] | None:
+        """The devices the cluster offered at the last pass; None while it does not answer."""
+        if time.monotonic() - self._observed_at > 10 * max(self.interval, 1.0):
+            self._observe()
+        return self._observed
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # the loop must outlive any one bad pass
+                log.exception("controller pass failed")
+            self._wake.wait(self.interval)
+            self._wake.clear()
+
+    # --- one pass ------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        if not self.leader.hold():
+            return
+        self._ticks += 1
+        self._observe()
+        self._admit()
+        for run_id in self._runs_needing_work():
+            try:
+                self.reconcile(run_id)
+            except Exception:
+                log.exception("reconciling run %s failed", run_id)
+        for hook in self.hooks:
+            hook()
+        if self._ticks % 20 == 0:
+            sweep_snapshots(self.ctx)
+
+    def _observe(self) -> None:
+        try:
+            self._observed = self.ctx.backend.observe()
+            self._unreachable_since = None
+        except ClusterUnreachable as exc:
+            if self._unreachable_since is None:
+                log.warning("the cluster does not answer: %s", exc)
+                self._unreachable_since = datetime.now(UTC)
+            self._observed = None
+        self._observed_at = time.monotonic()
+
+    def _admit(self) -> None:
+        observed = self._observed
+        if observed is None:
+            return
+        with self.ctx.db.session() as session:
+            claims = list(
+                session.scalars(
+                    select(Claim).where(Claim.state.in_(("QUEUED", "GRANTED"))).order_by(Claim.id)
+                )
+            )
+            queue = [
+                Waiting(c.id, c.project, c.pool, c.devices) for c in claims if c.state == "QUEUED"
+            ]
+            if not queue:
+                return
+            pools = {}
+            for pool in self.ctx.pools:
+                seen = observed.get(pool.name)
+                available = min(pool.declared, seen.devices if seen else 0)
+                granted = [
+                    list(c.device_ids)
+                    for c in claims
+                    if c.pool == pool.name and c.state == "GRANTED"
+                ]
+                pools[pool.name] = PoolState(pool.name, free_device_ids(available, granted))
+            quotas = {p.name: p.quota for p in session.scalars(select(Project))}
+            held: dict[str, int] = {}
+            for c in claims:
+                if c.state == "GRANTED":
+                    held[c.project] = held.get(c.project, 0) + c.devices
+            now = datetime.now(UTC)
+            by_id = {c.id: c for c in claims}
+            for grant in admit(pools, queue, quotas, held):
+                claim = by_id[grant.claim_id]
+                claim.state = "GRANTED"
+                claim.device_ids = list(grant.device_ids)
+                claim.granted_at = now
+
+    def _runs_needing_work(self) -> list[str]:
+        with self.ctx.db.session() as session:
+            open_runs = session.scalars(
+                select(Run.id).where(Run.phase.not_in([p.value for p in TERMINAL]))
+            ).all()
+            # Ended runs whose devices or processes are not yet given back.
+            lingering = session.scalars(
+                select(Run.id)
+                .join(Claim, Claim.run_id == Run.id, isouter=True)
+                .join(
+                    Attempt,
+                    (Attempt.run_id == Run.id) & (Attempt.number == Run.attempt),
+                    isouter=True,
+                )
+                .where(
+                    Run.phase.in_([p.value for p in TERMINAL]),
+                    or_(Claim.state.in_(("QUEUED", "GRANTED")), Attempt.state == "launched"),
+                )
+            ).all()
+        return list(dict.fromkeys([*open_runs, *lingering]))
+
+    def reconcile(self, run_id: str) -> None:
+        with self.ctx.db.session() as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                return
+            view = load_view(session, run)
+        probe = self._probe(view)
+        now = datetime.now(UTC)
+        decision = PHASES[view.phase](view, probe, now, self.limits)
+        if not decision:
+            return
+        assert view.attempt is not None or not (decision.launch or decision.stop_job)
+        if decision.launch and view.attempt is not None:
+            self._launch(view.id, view.attempt.number)
+            return
+        if decision.stop_job and view.attempt is not None and view.attempt.handle:
+            try:
+                self.ctx.backend.stop(view.attempt.handle, self.limits.stop_grace_seconds)
+            except ClusterUnreachable:
+                return
+            record_stop_sent(self.ctx.db, view.id, view.attempt.number)
+        apply(self.ctx.db, view, decision, now)
+
+    def _probe(self, view: RunView) -> Probe:
+        attempt = view.attempt
+        if attempt is None or attempt.state != "launched" or not attempt.handle:
+            return Probe(cluster_unreachable_since=self._unreachable_since)
+        try:
+            status: JobStatus = self.ctx.backend.status(attempt.handle)
+        except ClusterUnreachable:
+            return Probe(unreachable=True, cluster_unreachable_since=self._unreachable_since)
+        tail = ""
+        if status.state == "exited" and attempt.outcome is None:
+            try:
+                tail, _ = self.ctx.backend.logs(attempt.handle, -16384)
+            except ClusterUnreachable:
+                tail = ""
+            if status.detail:
+                tail = f"{tail}\n{status.detail}"
+        return Probe(
+            status=status, log_tail=tail, cluster_unreachable_since=self._unreachable_since
+        )
+
+    def _launch(self, run_id: str, number: int) -> None:
+        with self.ctx.db.session() as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                return
+            session.expunge(run)
+        if self.ctx.telemetry is not None:
+            with self.ctx.telemetry.span("job.launch", run, **{RUN_ATTEMPT: number}) as traceparent:
+                self._submit(run_id, number, traceparent)
+        else:
+            self._submit(run_id, number, None)
+
+    def _submit(self, run_id: str, number: int, traceparent: str | None) -> None:
+        request = prepare_launch(self.ctx, run_id, number, traceparent)
+        if request is None:
+            return
+        retries = self.limits.start_retries
+        base = self.limits.retry_base_seconds
+        try:
+            handle: dict[str, Any] = self.ctx.backend.launch(request)
+        except LaunchRefused as exc:
+            log.warning("launch of %s/%s refused: %s", run_id, number, exc)
+            record_launch_failure(self.ctx.db, run_id, number, str(exc), False, retries, base)
+            return
+        except ClusterUnreachable as exc:
+            log.warning("launch of %s/%s: cluster unreachable: %s", run_id, number, exc)
+            record_launch_failure(self.ctx.db, run_id, number, str(exc), True, retries, base)
+            return
+        record_launched(self.ctx.db, run_id, number, handle)

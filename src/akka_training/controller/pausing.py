@@ -1,0 +1,29 @@
+"""PAUSING: `save` waits for the job to snapshot at its next step and stop; `latest` stops the job
+at once (its last committed snapshot is where it resumes)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from akka_training.controller import job_state
+from akka_training.controller.classify import classify_exit
+from akka_training.controller.views import Decision, Limits, Probe, RunView
+
+
+def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decision:
+    attempt = view.attempt
+    if view.requested == "cancel":
+        return job_state.cancel(view, probe)
+    if attempt is None or attempt.state != "launched":
+        return Decision(rule="paused", release_claim=True)
+    status = probe.status
+    if status is not None and status.state in ("exited", "missing"):
+        if attempt.outcome is not None or attempt.stop_sent or status.state == "missing":
+            return Decision(rule="paused", attempt_exited=True, release_claim=True)
+        reason, detail = classify_exit(status, probe.log_tail)
+        return Decision(
+            rule="fail", reason=reason, detail=detail, attempt_exited=True, release_claim=True
+        )
+    if view.requested == "pause-latest" and not attempt.stop_sent:
+        return Decision(stop_job=True)
+    return Decision()

@@ -1,0 +1,16 @@
+"""PREPARING: devices held; the job is launched, then loads and tokenises."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from akka_training.controller import job_state
+from akka_training.controller.views import Decision, Limits, Probe, RunView
+
+
+def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decision:
+    if view.requested == "cancel":
+        return job_state.cancel(view, probe)
+    if job_state.launch_due(view, now):
+        return Decision(launch=True)
+    return job_state.ended(view, probe) or Decision()

@@ -1,0 +1,23 @@
+"""COMPLETED, FAILED, CANCELLED (and PAUSED): make sure the job is gone, then release the
+devices."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from akka_training.controller.views import Decision, Limits, Probe, RunView
+
+
+def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decision:
+    attempt = view.attempt
+    if attempt is None or attempt.state != "launched":
+        return Decision(release_claim=view.claim_state is not None)
+    status = probe.status
+    if status is None:
+        return Decision()
+    if status.state in ("exited", "missing"):
+        return Decision(attempt_exited=True, release_claim=view.claim_state is not None)
+    if not attempt.stop_sent:
+        # The run ended (by a report or a request) but its process lingers.
+        return Decision(stop_job=True)
+    return Decision()

@@ -1,0 +1,21 @@
+"""TRAINING: the job reports steps; the controller watches that it lives and keeps moving."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from akka_training.controller import job_state
+from akka_training.controller.views import Decision, Limits, Probe, RunView
+
+
+def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decision:
+    if view.requested == "cancel":
+        return job_state.cancel(view, probe)
+    if job_state.launch_due(view, now):
+        return Decision(launch=True)
+    gone = job_state.ended(view, probe)
+    if gone is not None:
+        return gone
+    if probe.status is not None and probe.status.state == "running":
+        return Decision(stalled=job_state.stalled(view, now, limits))
+    return Decision()

@@ -1,0 +1,102 @@
+"""The one place a run's phase changes, and the bookkeeping that goes with it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from akka_training.core.failures import FailureReason, failure_text
+from akka_training.core.phases import TERMINAL, Phase, transition
+from akka_training.storage.models import Claim, Event, Run
+
+# Called with (project, reason) whenever a run fails; the service's telemetry counts them.
+FAILURE_LISTENERS: list[Callable[[str, FailureReason], None]] = []
+
+
+def move(
+    session: Session,
+    run: Run,
+    rule: str,
+    *,
+    reason: FailureReason | None = None,
+    detail: str | None = None,
+    now: datetime | None = None,
+) -> Phase:
+    """Apply the named rule to `run` (raises `IllegalTransition` when it does not allow the
+    move), account the time spent in the phase left, and record an event."""
+    now = now or datetime.now(UTC)
+    old = Phase(run.phase)
+    new = transition(old, rule)
+    seconds = dict(run.phase_seconds or {})
+    seconds[old.value] = round(
+        seconds.get(old.value, 0.0) + (now - run.phase_since).total_seconds(), 3
+    )
+    run.phase_seconds = seconds
+    run.phase = new.value
+    run.phase_since = now
+    if new == Phase.PREPARING and run.started_at is None:
+        run.started_at = now
+    if new in TERMINAL:
+        run.ended_at = now
+        run.requested = None
+    if new in (Phase.PAUSED, Phase.QUEUED):
+        run.requested = None
+    if reason is not None:
+        run.failure_code = reason.value
+        run.failure_detail = detail
+    message = f"{old.value} -> {new.value} ({rule})"
+    data: dict[str, Any] = {"from": old.value, "to": new.value, "rule": rule}
+    if reason is not None:
+        message += f": {failure_text(reason, detail).splitlines()[0]}"
+        data["failureCode"] = reason.value
+        for listener in FAILURE_LISTENERS:
+            listener(run.project, reason)
+    event(session, run.id, "phase", message, data, now)
+    return new
+
+
+def event(
+    session: Session,
+    run_id: str,
+    kind: str,
+    message: str,
+    data: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> None:
+    session.add(
+        Event(run_id=run_id, kind=kind, message=message, data=data, at=now or datetime.now(UTC))
+    )
+
+
+def release_claim(
+    session: Session, run: Run, claim: Claim | None, now: datetime | None = None
+) -> None:
+    """Give the run's devices back and count the GPU seconds they were held."""
+    if claim is None or claim.state == "RELEASED":
+        return
+    now = now or datetime.now(UTC)
+    if claim.state == "GRANTED" and claim.granted_at is not None:
+        run.gpu_seconds = (run.gpu_seconds or 0.0) + (
+            now - claim.granted_at
+        ).total_seconds() * claim.devices
+    claim.state = "RELEASED"
+    claim.released_at = now
+    event(
+        session,
+        run.id,
+        "claim",
+        f"released {claim.devices} device(s) of pool {claim.pool}",
+        None,
+        now,
+    )
+
+
+def open_claim(session: Session, run: Run) -> Claim:
+    claim = Claim(
+        run_id=run.id, project=run.project, pool=run.pool, devices=run.gpus, state="QUEUED"
+    )
+    session.add(claim)
+    return claim

@@ -1,0 +1,85 @@
+"""What a phase module decides from: a frozen view of a run, its attempt and claim, and what the
+cluster said about the job. No rows, no clients: deciding needs no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from akka_training.backends.base import JobStatus
+from akka_training.core.failures import FailureReason
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    number: int
+    state: str  # pending, launched, exited
+    handle: dict[str, Any] | None
+    launch_tries: int
+    next_try_at: datetime | None
+    outcome: str | None  # finished, stopped, failed (reported by the job)
+    stop_sent: bool
+    launched_at: datetime | None
+    heartbeat_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    id: str
+    phase: str
+    requested: str | None
+    attempt: AttemptView | None
+    claim_state: str | None  # QUEUED, GRANTED, or None when the run holds no open claim
+    claim_created_at: datetime | None
+    last_step_at: datetime | None
+    stalled: bool
+    has_snapshot: bool
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the cluster said about the job this pass. `status` is None when not asked;
+    `unreachable` when it was asked and did not answer."""
+
+    status: JobStatus | None = None
+    unreachable: bool = False
+    log_tail: str = ""
+    # Since when the cluster has not answered `observe` (None: it answers).
+    cluster_unreachable_since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    start_retries: int
+    retry_base_seconds: float
+    stall_seconds: float
+    unreachable_seconds: float
+    stop_grace_seconds: float
+
+
+@dataclass
+class Decision:
+    """What to do for one run this pass; empty means nothing."""
+
+    rule: str | None = None
+    reason: FailureReason | None = None
+    detail: str | None = None
+    new_attempt: bool = False
+    launch: bool = False
+    stop_job: bool = False
+    attempt_exited: bool = False
+    release_claim: bool = False
+    stalled: bool | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.rule
+            or self.new_attempt
+            or self.launch
+            or self.stop_job
+            or self.attempt_exited
+            or self.release_claim
+            or self.stalled is not None
+        )

@@ -1,0 +1,122 @@
+"""Plans from YAML or JSON documents, with every schema problem reported at once."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from akka_training.core.errors import PlanRefused, Problem
+from akka_training.core.plans import PipelinePlan, RunPlan
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_document(text: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PlanRefused([Problem("", f"The plan is not valid YAML or JSON: {exc}")]) from exc
+    if not isinstance(data, dict):
+        raise PlanRefused(
+            [Problem("", "A plan is a mapping with `kind: run` or `kind: pipeline`.")]
+        )
+    return data
+
+
+def parse_plan(data: dict[str, Any]) -> RunPlan | PipelinePlan:
+    kind = data.get("kind", "run")
+    if kind == "run":
+        return parse_model(RunPlan, data)
+    if kind == "pipeline":
+        return parse_model(PipelinePlan, data)
+    raise PlanRefused([Problem("kind", f"kind is {kind!r}; set it to run or pipeline.")])
+
+
+def parse_model(model: type[M], data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise PlanRefused(problems_of(exc, model)) from exc
+
+
+def problems_of(exc: ValidationError, model: type[BaseModel]) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: set[tuple[str, str]] = set()
+    for err in exc.errors():
+        loc = _clean_loc(err["loc"])
+        field = _join(loc)
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            parent = _join(loc[:-1])
+            known = _known_fields(model, loc[:-1])
+            where = f" in {parent}" if parent else ""
+            hint = f" (known fields: {', '.join(known)})" if known else ""
+            message = f"{field} is not a known field{where}; remove it or check its spelling{hint}."
+        elif kind == "missing":
+            message = f"{field} is required; set it."
+        elif kind == "union_tag_invalid" or kind == "union_tag_not_found":
+            message = f"{field}.kind must be one of match, regex, length, rule, judge or http."
+        elif kind == "literal_error":
+            message = f"{field}: {err['msg'].replace('Input should be', 'set it to')}."
+        else:
+            message = f"{field}: {err['msg']}."
+        key = (field, message)
+        if key not in seen:
+            seen.add(key)
+            problems.append(Problem(field, message))
+    return problems
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> list[Any]:
+    out: list[Any] = []
+    for part in loc:
+        # Discriminated unions add the tag ('match', ...) and type names to the path.
+        if isinstance(part, str) and (
+            part in ("match", "regex", "length", "rule", "judge", "http") or "[" in part
+        ):
+            continue
+        out.append(part)
+    return out
+
+
+def _join(loc: list[Any]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += ("." if text else "") + str(part)
+    return text
+
+
+def _known_fields(model: type[BaseModel], loc: list[Any]) -> list[str]:
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = _field_by_alias(current, str(part))
+        if field is None:
+            return []
+        current = _model_of(field.annotation)
+        if current is None:
+            return []
+    return [f.alias or name for name, f in current.model_fields.items()]
+
+
+def _field_by_alias(model: type[BaseModel], alias: str) -> Any:
+    for name, field in model.model_fields.items():
+        if (field.alias or name) == alias:
+            return field
+    return None
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None

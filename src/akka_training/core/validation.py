@@ -1,0 +1,410 @@
+"""The rules a run plan must pass before it may use any device.
+
+`validate` runs every rule over a `Checked` view of the plan (the plan with defaults filled, plus
+what the service looked up: the catalog model, the pool, the dataset, the source run) and returns
+every problem at once. Each rule is a pure function; each problem says what to set instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from akka_training.core.catalog import CatalogModel, engine_for, join_counts
+from akka_training.core.errors import Problem
+from akka_training.core.plans import RL_METHODS, Lora, RegexTerm, RunPlan
+
+
+@dataclass(frozen=True)
+class PoolInfo:
+    name: str
+    max_claim: int
+    host_ram_gib: float | None
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    ref: str  # PROJECT/NAME:vN
+    format: str
+    has_images: bool
+    rows: int
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    run: str
+    base_model: str
+    method: str
+    lora: Lora | None
+    # The step the run starts from; for a warm start the source's final step.
+    step: int
+
+
+@dataclass
+class Checked:
+    """A plan with defaults filled, and the results of the service's look-ups. A look-up that
+    failed leaves its value None and its sentence in `lookup_problems`."""
+
+    plan: RunPlan
+    engine: str  # the deployment's reinforcement engine
+    image_text_rl: bool
+    model: CatalogModel | None
+    pool: PoolInfo | None
+    dataset: DatasetInfo | None
+    eval_dataset: DatasetInfo | None = None
+    source: SourceInfo | None = None
+    # The plan set the LoRA rank itself (so a warm start must match it).
+    lora_rank_given: int | None = None
+    # Inside a pipeline: the dataset is an earlier stage's output, not a registered one.
+    dataset_from_stage: str | None = None
+    lookup_problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def method(self) -> str:
+        return self.plan.config.method
+
+    @property
+    def is_rl(self) -> bool:
+        return self.method in RL_METHODS
+
+    @property
+    def method_engine(self) -> str:
+        return engine_for(self.method, self.engine)
+
+    @property
+    def gpus(self) -> int:
+        return self.plan.execution.gpus
+
+
+Rule = Callable[[Checked], list[Problem]]
+
+
+def validate(checked: Checked) -> list[Problem]:
+    problems = list(checked.lookup_problems)
+    for rule in RULES:
+        problems.extend(rule(checked))
+    return problems
+
+
+# --- method and catalog ---------------------------------------------------------------------------
+
+
+def method_sections(c: Checked) -> list[Problem]:
+    config = c.plan.config
+    out = []
+    if c.is_rl and config.hyperparams is not None and "hyperparams" in config.model_fields_set:
+        out.append(
+            Problem(
+                "config.hyperparams",
+                f"config.hyperparams is for sft; a {c.method} run takes config.rlHyperparams. "
+                "Move the settings there or remove config.hyperparams.",
+            )
+        )
+    if not c.is_rl:
+        for key, name in (("rl_hyperparams", "rlHyperparams"), ("reward", "reward")):
+            if key in config.model_fields_set and getattr(config, key) is not None:
+                out.append(
+                    Problem(
+                        f"config.{name}",
+                        f"config.{name} is for grpo and gspo; an sft run takes "
+                        "config.hyperparams. Remove it or change config.method.",
+                    )
+                )
+        if config.tools:
+            out.append(
+                Problem("config.tools", "config.tools is for grpo and gspo runs; remove it.")
+            )
+    if c.is_rl and (config.reward is None or not config.reward.terms):
+        out.append(
+            Problem(
+                "config.reward.terms",
+                f"A {c.method} run needs at least one reward term: add one under "
+                "config.reward.terms (for example {name: correct, kind: match, mode: exact}).",
+            )
+        )
+    if c.is_rl and config.reward is not None:
+        names = [t.name for t in config.reward.terms]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            out.append(
+                Problem(
+                    "config.reward.terms",
+                    f"Reward term names must be unique; {', '.join(dupes)} appears more than "
+                    "once. Rename one.",
+                )
+            )
+    return out
+
+
+def method_supported(c: Checked) -> list[Problem]:
+    if c.model is None:
+        return []
+    supported = c.model.methods(c.engine, c.image_text_rl)
+    if c.method in supported:
+        return []
+    why = ""
+    if c.model.modality == "image-text" and c.is_rl and c.method_engine == "verl":
+        why = (
+            " (reinforcement over image-text models under verl is not enabled on this "
+            "deployment: trainer.reinforcement.image-text)"
+        )
+    listed = ", ".join(supported) if supported else "nothing"
+    return [
+        Problem(
+            "config.method",
+            f"{c.model.id} does not support {c.method} under the {c.method_engine} engine of "
+            f"this deployment{why}; it supports: {listed}. Set config.method to one of these "
+            "or choose another baseModel.",
+        )
+    ]
+
+
+def qualified_gpus(c: Checked) -> list[Problem]:
+    if c.model is None or c.method not in c.model.methods(c.engine, c.image_text_rl):
+        return []
+    counts = c.model.qualified_gpus(c.method, c.engine, c.image_text_rl)
+    if c.gpus in counts:
+        return []
+    return [
+        Problem(
+            "execution.gpus",
+            f"No envelope in this deployment's catalog runs {c.method} on {c.model.id} at "
+            f"{c.gpus} GPU(s) under {c.method_engine}: it is qualified at {join_counts(counts)} "
+            f"GPU(s). Set execution.gpus to one of these.",
+        )
+    ]
+
+
+def pool_fits(c: Checked) -> list[Problem]:
+    if c.pool is None:
+        return []
+    out = []
+    if c.gpus > c.pool.max_claim:
+        out.append(
+            Problem(
+                "execution.gpus",
+                f"execution.gpus ({c.gpus}) is above the largest claim pool {c.pool.name} "
+                f"accepts (MAX CLAIM {c.pool.max_claim}); set execution.gpus to "
+                f"{c.pool.max_claim} or less, or choose another execution.pool "
+                "(see `akka training capacity`).",
+            )
+        )
+    envelope = c.model.envelope(c.method, c.engine, c.gpus, c.image_text_rl) if c.model else None
+    if (
+        envelope is not None
+        and c.pool.host_ram_gib is not None
+        and envelope.host_memory_gib > c.pool.host_ram_gib
+    ):
+        out.append(
+            Problem(
+                "execution.pool",
+                f"{c.method} on {c.model.id if c.model else ''} at {c.gpus} GPU(s) needs "
+                f"{envelope.host_memory_gib:g} GiB of host memory per node, more than pool "
+                f"{c.pool.name} has (HOST RAM {c.pool.host_ram_gib:g} GiB); choose a pool "
+                "with more host memory or fewer GPUs.",
+            )
+        )
+    return out
+
+
+def sequence_lengths(c: Checked) -> list[Problem]:
+    config = c.plan.config
+    out = []
+    if (
+        c.model is not None
+        and config.max_seq_length
+        and config.max_seq_length > c.model.context_length
+    ):
+        out.append(
+            Problem(
+                "config.maxSeqLength",
+                f"config.maxSeqLength ({config.max_seq_length}) is above the context length of "
+                f"{c.model.id} ({c.model.context_length}); set it to {c.model.context_length} "
+                "or less.",
+            )
+        )
+    rl = config.rl_hyperparams
+    if (
+        c.is_rl
+        and rl is not None
+        and config.max_seq_length
+        and rl.max_completion_tokens >= config.max_seq_length
+    ):
+        out.append(
+            Problem(
+                "config.rlHyperparams.maxCompletionTokens",
+                f"config.rlHyperparams.maxCompletionTokens ({rl.max_completion_tokens}) "
+                f"leaves no room for the prompt within config.maxSeqLength "
+                f"({config.max_seq_length}); lower maxCompletionTokens or raise "
+                "maxSeqLength.",
+            )
+        )
+    return out
+
+
+# --- reinforcement shapes ------------------------------------------------------------------------
+
+
+def prompts_divisible(c: Checked) -> list[Problem]:
+    rl = c.plan.config.rl_hyperparams
+    if not c.is_rl or rl is None or rl.prompts_per_step % c.gpus == 0:
+        return []
+    suggestion = c.gpus * max(1, round(rl.prompts_per_step / c.gpus))
+    return [
+        Problem(
+            "config.rlHyperparams.promptsPerStep",
+            f"config.rlHyperparams.promptsPerStep ({rl.prompts_per_step}) must be divisible by "
+            f"execution.gpus ({c.gpus}); set promptsPerStep to a multiple of {c.gpus} (such as "
+            f"{suggestion}) or change execution.gpus.",
+        )
+    ]
+
+
+def generation_shapes(c: Checked) -> list[Problem]:
+    rl = c.plan.config.rl_hyperparams
+    if not c.is_rl or rl is None:
+        return []
+    out = []
+    if rl.generations_per_prompt < 2:
+        out.append(
+            Problem(
+                "config.rlHyperparams.generationsPerPrompt",
+                f"config.rlHyperparams.generationsPerPrompt is {rl.generations_per_prompt}; "
+                f"{c.method} compares completions of the same prompt, so set it to 2 or more.",
+            )
+        )
+    return out
+
+
+def verl_rollout_devices(c: Checked) -> list[Problem]:
+    if not c.is_rl or c.method_engine != "verl":
+        return []
+    out = []
+    execution = c.plan.execution
+    for key, value in (
+        ("rolloutGpus", execution.rollout_gpus),
+        ("stalenessThreshold", execution.staleness_threshold),
+    ):
+        if value > 0:
+            out.append(
+                Problem(
+                    f"execution.{key}",
+                    f"execution.{key} ({value}) is not supported under verl: the rollout engine "
+                    f"runs on the training devices. Leave {key} out or set it to 0, and count "
+                    "every device in execution.gpus.",
+                )
+            )
+    return out
+
+
+def verl_kl_with_source(c: Checked) -> list[Problem]:
+    rl = c.plan.config.rl_hyperparams
+    if not c.is_rl or c.method_engine != "verl" or rl is None or c.plan.source is None:
+        return []
+    if rl.kl_beta <= 0:
+        return []
+    return [
+        Problem(
+            "config.rlHyperparams.klBeta",
+            f"config.rlHyperparams.klBeta is {rl.kl_beta:g}, but this run starts from another "
+            "run's adapter, and verl's reference policy is the base model, so a KL penalty would "
+            "pull the run toward the base model rather than toward the adapter it started from. "
+            "Set klBeta to 0.",
+        )
+    ]
+
+
+# --- data and source -------------------------------------------------------------------------------
+
+
+def dataset_fits_method(c: Checked) -> list[Problem]:
+    out = []
+    for key, info in (("dataset", c.dataset), ("evalDataset", c.eval_dataset)):
+        if info is None:
+            continue
+        if c.is_rl and info.has_images:
+            out.append(
+                Problem(
+                    f"config.{key}",
+                    f"config.{key} {info.ref} has rows with images; a grpo or gspo run cannot "
+                    "train on images, whatever the base model. Use a text-only dataset, or "
+                    "method sft.",
+                )
+            )
+        if info.has_images and c.model is not None and c.model.modality == "text":
+            out.append(
+                Problem(
+                    f"config.{key}",
+                    f"config.{key} {info.ref} has rows with images, but {c.model.id} is a text "
+                    "model; choose an image-text base model or a text-only dataset.",
+                )
+            )
+        if info.rows == 0:
+            out.append(Problem(f"config.{key}", f"config.{key} {info.ref} has no rows."))
+    return out
+
+
+def source_matches(c: Checked) -> list[Problem]:
+    if c.source is None:
+        return []
+    out = []
+    if c.source.base_model != c.plan.base_model:
+        out.append(
+            Problem(
+                "baseModel",
+                f"The source run {c.source.run} trained an adapter for {c.source.base_model}, "
+                f"not {c.plan.base_model}; set baseModel to {c.source.base_model}.",
+            )
+        )
+    if (
+        c.lora_rank_given is not None
+        and c.source.lora is not None
+        and c.lora_rank_given != c.source.lora.rank
+    ):
+        section = "rlHyperparams" if c.is_rl else "hyperparams"
+        out.append(
+            Problem(
+                f"config.{section}.lora.rank",
+                f"config.{section}.lora.rank ({c.lora_rank_given}) differs from the rank of the "
+                f"adapter this run starts from ({c.source.lora.rank}); leave it out or set "
+                f"{c.source.lora.rank}.",
+            )
+        )
+    return out
+
+
+def reward_patterns(c: Checked) -> list[Problem]:
+    reward = c.plan.config.reward
+    if not c.is_rl or reward is None:
+        return []
+    out = []
+    for i, term in enumerate(reward.terms):
+        if isinstance(term, RegexTerm):
+            try:
+                re.compile(term.pattern)
+            except re.error as exc:
+                out.append(
+                    Problem(
+                        f"config.reward.terms[{i}].pattern",
+                        f"config.reward.terms[{i}].pattern {term.pattern!r} is not a valid "
+                        f"regular expression ({exc}); fix the pattern.",
+                    )
+                )
+    return out
+
+
+RULES: list[Rule] = [
+    method_sections,
+    method_supported,
+    qualified_gpus,
+    pool_fits,
+    sequence_lengths,
+    prompts_divisible,
+    generation_shapes,
+    verl_rollout_devices,
+    verl_kl_with_source,
+    dataset_fits_method,
+    source_matches,
+    reward_patterns,
+]

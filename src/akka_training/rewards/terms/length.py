@@ -1,0 +1,39 @@
+"""The ``length`` term: a bonus (or, with a negative weight, a penalty) on completion length.
+
+The value is 1 when the completion's token count ``n`` lies in ``[minTokens, maxTokens]``
+(no upper bound when ``maxTokens`` is unset) and falls linearly to 0 over ``slackTokens``
+outside it: ``max(0, 1 - (minTokens - n) / slackTokens)`` below, ``max(0, 1 - (n - maxTokens)
+/ slackTokens)`` above.
+"""
+
+from __future__ import annotations
+
+from akka_training.core.plans import LengthTerm
+from akka_training.rewards.inputs import RolloutInput, TermOutcome
+from akka_training.rewards.terms.base import SyncGrader
+
+
+class LengthGrader(SyncGrader):
+    kind = "length"
+
+    def __init__(self, spec: LengthTerm) -> None:
+        super().__init__(spec.name, spec.weight)
+        self.min_tokens = spec.min_tokens
+        self.max_tokens = spec.max_tokens
+        self.slack_tokens = spec.slack_tokens
+
+    def evaluate(self, rollout: RolloutInput) -> TermOutcome:
+        return TermOutcome(
+            length_value(
+                rollout.completion_tokens, self.min_tokens, self.max_tokens, self.slack_tokens
+            )
+        )
+
+
+def length_value(tokens: int, min_tokens: int, max_tokens: int | None, slack_tokens: int) -> float:
+    """The ``length`` term's value for a completion of `tokens` tokens."""
+    if tokens < min_tokens:
+        return max(0.0, 1.0 - (min_tokens - tokens) / slack_tokens)
+    if max_tokens is not None and tokens > max_tokens:
+        return max(0.0, 1.0 - (tokens - max_tokens) / slack_tokens)
+    return 1.0

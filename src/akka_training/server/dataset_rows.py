@@ -1,0 +1,444 @@
+"""Row validation of a JSONL dataset while it streams in.
+
+`RowValidator` takes the upload's bytes in blocks of any size (`feed`) and checks each complete
+line as it arrives, carrying a partial line over to the next block, so a file is never held in
+memory; `finish` checks the last line and returns a `RowSummary`.
+
+A row is one line of JSON (blank lines are skipped) in one of two formats, shared by every row of
+a file:
+
+- ``chat``: ``{"messages": [{"role": ..., "content": ...}, ...]}`` with roles system, user,
+  assistant and tool, ending with the assistant message to train on. A content is a string or a
+  list of parts (``{"type": "text", "text": ...}``, ``{"type": "image", ...}``); only user
+  messages carry images.
+- ``prompt-completion``: ``{"prompt": ..., "completion": ...}``, both strings or both lists of
+  messages (the completion ending with an assistant message).
+
+Problems name the line and the field ("line 7: messages[2].role is 'bot'; use system, user,
+assistant or tool"); the first `max_listed` are kept and the rest counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_core import from_json
+
+CHAT = "chat"
+PROMPT_COMPLETION = "prompt-completion"
+ROLES = ("system", "user", "assistant", "tool")
+MAX_LISTED = 20
+# One row is parsed whole, so one line is the most the validator holds in memory.
+MAX_LINE_BYTES = 32 * 1024 * 1024
+
+_ROLES = frozenset(ROLES)
+_ROLE_LIST = "system, user, assistant or tool"
+_PART_TYPES = "text or image"
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """One thing wrong with one line. `line` is 1-based, counting blank lines; `field` is the
+    path inside the row (``messages[2].role``), empty when the problem is the row as a whole."""
+
+    line: int
+    field: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RowSummary:
+    """What a whole file held. `format` is None when no row was valid; `problem_count` counts
+    every problem, `problems` holds the first ones."""
+
+    rows: int
+    format: str | None
+    has_images: bool
+    problems: list[RowProblem]
+    problem_count: int
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+
+@dataclass
+class _Shape:
+    """The format of the first valid row, which every later row must share. `style` is
+    ``messages`` or ``text`` (prompt-completion rows with plain strings)."""
+
+    format: str
+    style: str
+    line: int
+
+
+class RowValidator:
+    """Validates rows from a byte stream; see the module docstring for the rules."""
+
+    def __init__(self, max_listed: int = MAX_LISTED, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self.max_listed = max_listed
+        self.max_line_bytes = max_line_bytes
+        self.rows = 0
+        self.has_images = False
+        self.problem_count = 0
+        self.problems: list[RowProblem] = []
+        self._line = 0  # lines checked so far
+        self._tail: list[bytes] = []  # the partial line carried over, in pieces
+        self._tail_bytes = 0
+        self._skipping = False  # inside a line already refused as too long
+        self._shape: _Shape | None = None
+        # Once the file's shape is known: a quick test that passes only rows the full check
+        # would pass too, so most rows skip the full check's bookkeeping.
+        self._fast: Callable[[Any], bool] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+    def feed(self, data: bytes) -> None:
+        """Check every line that `data` completes; keep the partial last line for later."""
+        if data.find(b"\n") < 0:
+            self._carry(data)
+            return
+        lines = data.split(b"\n")
+        rest = lines.pop()  # after the last newline: the start of a line still to come
+        if self._skipping:
+            del lines[0]  # the end of a line already refused as too long
+            self._line += 1
+            self._skipping = False
+        elif self._tail:
+            self._tail.append(lines[0])
+            lines[0] = b"".join(self._tail)
+        self._tail = []
+        self._tail_bytes = 0
+        self._check_lines(lines)
+        if rest:
+            self._carry(rest)
+
+    def finish(self) -> RowSummary:
+        """Check the last line (a file need not end with a newline) and sum up."""
+        if self._skipping:
+            self._line += 1
+        elif self._tail:
+            self._check_lines([b"".join(self._tail)])
+        self._tail = []
+        self._skipping = False
+        return RowSummary(
+            rows=self.rows,
+            format=self._shape.format if self._shape else None,
+            has_images=self.has_images,
+            problems=list(self.problems),
+            problem_count=self.problem_count,
+        )
+
+    # --- lines -----------------------------------------------------------------------------------
+
+    def _carry(self, piece: bytes) -> None:
+        if self._skipping:
+            return
+        self._tail.append(piece)
+        self._tail_bytes += len(piece)
+        if self._tail_bytes > self.max_line_bytes:
+            # Refuse the line now and drop the rest of it as it arrives, so memory stays flat.
+            self._tail = []
+            self._tail_bytes = 0
+            self._skipping = True
+            self.rows += 1
+            self._add(
+                self._line + 1,
+                "",
+                f"the row is longer than {self.max_line_bytes // (1024 * 1024)} MiB, "
+                "the most one row may hold",
+            )
+
+    def _check_lines(self, lines: list[bytes]) -> None:
+        # The hot loop: one parse and one check per line, nothing else per line.
+        number = self._line
+        limit = self.max_line_bytes
+        fast = self._fast
+        for raw in lines:
+            number += 1
+            if not raw.strip():
+                continue
+            self.rows += 1
+            if len(raw) > limit:
+                self._add(
+                    number,
+                    "",
+                    f"the row is longer than {limit // (1024 * 1024)} MiB, "
+                    "the most one row may hold",
+                )
+                continue
+            try:
+                row = from_json(raw)
+            except ValueError:
+                row = self._parse_slowly(number, raw)
+                if row is None:
+                    continue
+            if fast is not None and type(row) is dict:
+                try:
+                    if fast(row):
+                        continue
+                except TypeError:
+                    pass  # an unhashable role: the full check words the problem
+            self._check_row(number, row)
+            fast = self._fast
+        self._line = number
+
+    def _parse_slowly(self, number: int, raw: bytes) -> Any:
+        """The standard library decides lines the fast parser refused, and words the error."""
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self._add(
+                number,
+                "",
+                f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                "save the file as UTF-8",
+            )
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            self._add(number, "", f"is not valid JSON: {exc.msg} (column {exc.colno})")
+            return None
+        except RecursionError:
+            self._add(number, "", "is not valid JSON: it nests too deeply")
+            return None
+
+    # --- rows ------------------------------------------------------------------------------------
+
+    def _check_row(self, number: int, row: Any) -> None:
+        if type(row) is not dict:
+            self._add(
+                number,
+                "",
+                f"holds {_kind(row)}; each line holds one row, an object with messages "
+                "(chat) or prompt and completion",
+            )
+            return
+        problems: list[tuple[str, str]] = []
+        if "messages" in row:
+            if "prompt" in row or "completion" in row:
+                self._add(
+                    number,
+                    "",
+                    "has both messages and prompt/completion; a row is either chat (messages) "
+                    "or prompt-completion",
+                )
+                return
+            fmt, style = CHAT, "messages"
+            images = _check_messages(row["messages"], "messages", True, problems)
+        elif "prompt" in row or "completion" in row:
+            fmt = PROMPT_COMPLETION
+            style, images = _check_prompt_completion(row, problems)
+        else:
+            keys = ", ".join(sorted(str(k) for k in row)[:8]) or "none"
+            self._add(
+                number,
+                "",
+                f"has neither messages nor prompt and completion (keys: {keys}); "
+                "write chat rows or prompt-completion rows",
+            )
+            return
+        for where, text in problems:
+            self._add(number, where, text)
+        if problems:
+            return
+        if images:
+            self.has_images = True
+        shape = self._shape
+        if shape is None:
+            self._shape = _Shape(fmt, style, number)
+            self._fast = _FAST.get((fmt, style))
+        elif shape.format != fmt or shape.style != style:
+            self._add(number, "", _mixed(fmt, style, shape))
+
+    def _add(self, number: int, where: str, text: str) -> None:
+        self.problem_count += 1
+        if len(self.problems) < self.max_listed:
+            prefix = f"line {number}: {where} " if where else f"line {number}: "
+            self.problems.append(RowProblem(number, where, prefix + text))
+
+
+# --- formats -------------------------------------------------------------------------------------
+
+
+def _check_prompt_completion(
+    row: dict[str, Any], problems: list[tuple[str, str]]
+) -> tuple[str, bool]:
+    """Check a prompt-completion row; returns its style and whether it carries an image."""
+    prompt = row.get("prompt")
+    completion = row.get("completion")
+    for name, value in (("prompt", prompt), ("completion", completion)):
+        if name not in row:
+            problems.append(("", f"has no {name}; a prompt-completion row needs both"))
+        elif type(value) is not str and type(value) is not list:
+            problems.append((name, f"is {_kind(value)}; it must be a string or a list of messages"))
+    if problems:
+        return "text", False
+    if type(prompt) is str and type(completion) is str:
+        if not completion.strip():
+            problems.append(("completion", "is empty; give the answer to train on"))
+        return "text", False
+    if type(prompt) is list and type(completion) is list:
+        images = _check_messages(prompt, "prompt", False, problems)
+        images |= _check_messages(completion, "completion", True, problems)
+        return "messages", images
+    problems.append(
+        (
+            "",
+            f"has a prompt that is {_kind(prompt)} and a completion that is {_kind(completion)}; "
+            "make both strings or both lists of messages",
+        )
+    )
+    return "text", False
+
+
+def _check_messages(
+    messages: Any, where: str, ends_with_answer: bool, problems: list[tuple[str, str]]
+) -> bool:
+    """Check a list of messages; returns whether any carries an image part."""
+    if type(messages) is not list:
+        problems.append((where, f"is {_kind(messages)}; it must be a list of messages"))
+        return False
+    if not messages:
+        problems.append((where, "is empty; it must hold at least one message"))
+        return False
+    images = False
+    for i, message in enumerate(messages):
+        if type(message) is not dict:
+            problems.append(
+                (
+                    f"{where}[{i}]",
+                    f"is {_kind(message)}; a message is an object with role and content",
+                )
+            )
+            continue
+        role = message.get("role")
+        if type(role) is not str or role not in _ROLES:
+            text = (
+                f"is {role!r}"
+                if type(role) is str
+                else (
+                    "is missing" if role is None and "role" not in message else f"is {_kind(role)}"
+                )
+            )
+            problems.append((f"{where}[{i}].role", f"{text}; use {_ROLE_LIST}"))
+        content = message.get("content")
+        if type(content) is str:
+            continue
+        if type(content) is list:
+            images |= _check_parts(content, f"{where}[{i}].content", role, problems)
+        elif content is None and role == "assistant" and message.get("tool_calls"):
+            continue  # an assistant turn that only calls tools
+        elif content is None and "content" not in message:
+            problems.append(
+                (f"{where}[{i}].content", "is missing; give a string or a list of parts")
+            )
+        else:
+            problems.append(
+                (f"{where}[{i}].content", f"is {_kind(content)}; use a string or a list of parts")
+            )
+    if ends_with_answer:
+        last = messages[-1]
+        last_role = last.get("role") if type(last) is dict else None
+        if last_role != "assistant" and type(last_role) is str and last_role in _ROLES:
+            problems.append(
+                (
+                    where,
+                    f"ends with a {last_role} message; training needs the assistant's answer "
+                    "as the last message",
+                )
+            )
+    return images
+
+
+def _check_parts(parts: list[Any], where: str, role: Any, problems: list[tuple[str, str]]) -> bool:
+    if not parts:
+        problems.append((where, "is an empty list; give a string or at least one part"))
+        return False
+    images = False
+    for j, part in enumerate(parts):
+        here = f"{where}[{j}]"
+        if type(part) is not dict:
+            problems.append((here, f"is {_kind(part)}; a part is an object with a type"))
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            if type(part.get("text")) is not str:
+                problems.append(
+                    (f"{here}.text", f"is {_kind(part.get('text'))}; it must be a string")
+                )
+        elif kind == "image":
+            images = True
+            if role != "user" and type(role) is str and role in _ROLES:
+                problems.append(
+                    (here, f"is an image in the {role}'s message; only user messages carry images")
+                )
+        else:
+            shown = repr(kind) if type(kind) is str else _kind(kind)
+            problems.append((f"{here}.type", f"is {shown}; use {_PART_TYPES}"))
+    return images
+
+
+def _plain_chat(row: dict[str, Any]) -> bool:
+    """A chat row of string contents with valid roles, ending with the assistant."""
+    messages = row.get("messages")
+    if type(messages) is not list or not messages or "prompt" in row or "completion" in row:
+        return False
+    for m in messages:
+        if type(m) is not dict or type(m.get("content")) is not str or m.get("role") not in _ROLES:
+            return False
+    return bool(messages[-1]["role"] == "assistant")
+
+
+def _plain_prompt_completion(row: dict[str, Any]) -> bool:
+    """A prompt-completion row of two strings, the completion not blank."""
+    completion = row.get("completion")
+    return (
+        type(row.get("prompt")) is str
+        and type(completion) is str
+        and "messages" not in row
+        and bool(completion.strip())
+    )
+
+
+_FAST: dict[tuple[str, str], Callable[[Any], bool]] = {
+    (CHAT, "messages"): _plain_chat,
+    (PROMPT_COMPLETION, "text"): _plain_prompt_completion,
+}
+
+
+def _mixed(fmt: str, style: str, first: _Shape) -> str:
+    if fmt != first.format:
+        return (
+            f"is a {fmt} row, but line {first.line} is a {first.format} row; "
+            "all rows of a file share one format"
+        )
+    now = "lists of messages" if style == "messages" else "strings"
+    then = "lists of messages" if first.style == "messages" else "strings"
+    return (
+        f"has prompt and completion as {now}, but line {first.line} has {then}; "
+        "all rows of a file share one format"
+    )
+
+
+def _kind(value: Any) -> str:
+    """How a JSON value reads in a message: 'a number', 'a list', 'null'."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__

@@ -1,0 +1,87 @@
+"""The service's telemetry: capacity gauges and failure counts (Prometheus at /metrics, OTLP when
+a collector is set), run spans, and signed Grafana links."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+from akka_training.controller import transitions
+from akka_training.server.context import AppContext
+from akka_training.server.services.capacity import pool_usage
+from akka_training.storage.models import Claim, Project, Run
+from akka_training.telemetry import catalog as c
+from akka_training.telemetry.grafana import GrafanaLinks
+from akka_training.telemetry.service_metrics import (
+    CapacitySnapshot,
+    PoolCapacity,
+    ProjectCapacity,
+    ServiceTelemetry,
+)
+from akka_training.telemetry.tracing import Tracing
+
+
+class Observability:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+        endpoint = ctx.settings.trainer.telemetry.collector_endpoint
+        self.metrics = ServiceTelemetry(endpoint, self.snapshot)
+        self.tracing = Tracing("akka-trainer", {}, endpoint)
+        grafana = ctx.settings.trainer.grafana
+        self.grafana = GrafanaLinks(
+            grafana.url or "http://localhost:3000",
+            grafana.dashboard,
+            Path(grafana.signing_key).read_text() if grafana.signing_key else None,
+            ctx.settings.home,
+            grafana.link_lifetime_seconds,
+        )
+        transitions.FAILURE_LISTENERS.append(self.metrics.run_failed)
+
+    def shutdown(self) -> None:
+        if self.metrics.run_failed in transitions.FAILURE_LISTENERS:
+            transitions.FAILURE_LISTENERS.remove(self.metrics.run_failed)
+        self.metrics.shutdown()
+        self.tracing.shutdown()
+
+    def snapshot(self) -> CapacitySnapshot:
+        with self.ctx.db.session() as session:
+            pools = [
+                PoolCapacity(
+                    name=p.name,
+                    accelerator=p.accelerator,
+                    declared=p.declared,
+                    observed=p.observed,
+                    claimed=p.granted,
+                    claims_by_state=p.claims_by_state,
+                )
+                for p in pool_usage(session, self.ctx)
+            ]
+            held = dict(
+                session.execute(
+                    select(Claim.project, func.sum(Claim.devices))
+                    .where(Claim.state == "GRANTED")
+                    .group_by(Claim.project)
+                ).all()
+            )
+            projects = [
+                ProjectCapacity(name=p.name, claimed=int(held.get(p.name) or 0), quota=p.quota)
+                for p in session.scalars(select(Project))
+            ]
+            runs = {
+                (project, phase): int(n)
+                for project, phase, n in session.execute(
+                    select(Run.project, Run.phase, func.count()).group_by(Run.project, Run.phase)
+                )
+            }
+        return CapacitySnapshot(pools=pools, projects=projects, runs_by_phase=runs)
+
+    @contextmanager
+    def span(self, name: str, run: Run, **attrs: Any) -> Iterator[str | None]:
+        """A span of `run`'s trace; yields its traceparent (to hand to a job)."""
+        attributes = {c.RUN_ID: run.id, c.PROJECT: run.project, **attrs}
+        with self.tracing.span(c.PREFIX + name, attributes, parent=run.traceparent):
+            yield self.tracing.traceparent()

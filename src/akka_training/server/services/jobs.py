@@ -1,0 +1,251 @@
+"""Reports from training jobs, and the directive each one is answered with."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
+
+from akka_training.controller.transitions import event, move
+from akka_training.core.errors import Conflict, Forbidden, InvalidRequest
+from akka_training.core.failures import FailureReason
+from akka_training.core.parsing import parse_model
+from akka_training.core.phases import TERMINAL, Phase, can
+from akka_training.core.reports import (
+    Action,
+    FailedReport,
+    FinishedReport,
+    HeartbeatReport,
+    RolloutsReport,
+    SnapshotReport,
+    StartedReport,
+    StepReport,
+    StoppedReport,
+    TrainingReport,
+)
+from akka_training.server.auth import Principal
+from akka_training.storage.models import Attempt, RolloutStep, Run, Snapshot, Step
+
+REPORTS: dict[str, type[BaseModel]] = {
+    "started": StartedReport,
+    "training": TrainingReport,
+    "steps": StepReport,
+    "snapshots": SnapshotReport,
+    "rollouts": RolloutsReport,
+    "heartbeat": HeartbeatReport,
+    "finished": FinishedReport,
+    "stopped": StoppedReport,
+    "failed": FailedReport,
+}
+
+
+def handle(
+    session: Session,
+    principal: Principal,
+    run_id: str,
+    attempt_no: int,
+    kind: str,
+    body: dict[str, Any],
+) -> dict[str, str]:
+    if principal.kind != "job" or principal.run_id != run_id or principal.attempt != attempt_no:
+        raise Forbidden("This token reports for another run or attempt.")
+    model = REPORTS.get(kind)
+    if model is None:
+        raise InvalidRequest(f"There is no report {kind!r}; reports: {', '.join(REPORTS)}.")
+    report = parse_model(model, body)
+    run = session.get(Run, run_id, with_for_update=True)
+    attempt = session.get(Attempt, (run_id, attempt_no))
+    if run is None or attempt is None:
+        raise Conflict("This attempt is not known to the trainer.")
+    if run.attempt != attempt_no or attempt.outcome is not None:
+        raise Conflict(f"Attempt {attempt_no} of run {run_id} is no longer current; stop.")
+    now = datetime.now(UTC)
+    attempt.heartbeat_at = now
+    _HANDLERS[kind](session, run, attempt, report, now)
+    return {"action": directive(run)}
+
+
+def directive(run: Run) -> Action:
+    if Phase(run.phase) in TERMINAL or run.requested in ("cancel", "pause-latest"):
+        return "stop"
+    if run.requested == "pause-save":
+        return "save-and-stop"
+    return "continue"
+
+
+def _started(session: Session, run: Run, attempt: Attempt, r: StartedReport, now: datetime) -> None:
+    attempt.started_at = now
+    attempt.placement = r.placement.to_json()
+    event(
+        session,
+        run.id,
+        "job",
+        f"attempt {attempt.number} started on {r.placement.host}",
+        attempt.placement,
+    )
+
+
+def _training(
+    session: Session, run: Run, attempt: Attempt, r: TrainingReport, now: datetime
+) -> None:
+    if r.total_steps is not None:
+        run.total_steps = r.total_steps
+    if r.data_fit is not None:
+        run.data_fit = r.data_fit
+    if r.adapter_modules:
+        run.adapter_modules = r.adapter_modules
+    run.last_step_at = now
+    if can(run.phase, "start-training") and run.phase == Phase.PREPARING:
+        move(session, run, "start-training", now=now)
+
+
+def _step(session: Session, run: Run, attempt: Attempt, r: StepReport, now: datetime) -> None:
+    # A step of a new attempt replaces what an earlier attempt reported for the same step.
+    session.execute(delete(Step).where(Step.run_id == run.id, Step.step == r.step))
+    session.add(
+        Step(run_id=run.id, step=r.step, attempt=attempt.number, metrics=r.metrics, created_at=now)
+    )
+    run.observed_step = r.step
+    if r.total_steps is not None:
+        run.total_steps = r.total_steps
+    run.last_step_at = now
+    if run.stalled_since is not None:
+        event(session, run.id, "stall", f"steps resumed at step {r.step}")
+    run.stalled_since = None
+    run.summary = _summary(run.summary or {}, r.metrics, run.method)
+    run.memory = _memory(run.memory, r.step, r.metrics)
+    if run.phase == Phase.PREPARING:
+        move(session, run, "start-training", now=now)
+
+
+def _snapshot(
+    session: Session, run: Run, attempt: Attempt, r: SnapshotReport, now: datetime
+) -> None:
+    existing = session.get(Snapshot, (run.id, r.name))
+    if existing is not None:
+        session.delete(existing)
+        session.flush()
+    session.add(
+        Snapshot(
+            run_id=run.id,
+            name=r.name,
+            step=r.step,
+            attempt=attempt.number,
+            weights=r.weights,
+            training_state=r.training_state,
+            created_at=now,
+        )
+    )
+    run.saved_step = max(run.saved_step or 0, r.step)
+    event(session, run.id, "snapshot", f"snapshot {r.name} at step {r.step}")
+
+
+def _rollouts(
+    session: Session, run: Run, attempt: Attempt, r: RolloutsReport, now: datetime
+) -> None:
+    session.execute(
+        delete(RolloutStep).where(RolloutStep.run_id == run.id, RolloutStep.step == r.step)
+    )
+    session.add(
+        RolloutStep(
+            run_id=run.id,
+            step=r.step,
+            blob=r.blob,
+            count=r.count,
+            best_score=r.best_score,
+            worst_score=r.worst_score,
+            created_at=now,
+        )
+    )
+
+
+def _heartbeat(
+    session: Session, run: Run, attempt: Attempt, r: HeartbeatReport, now: datetime
+) -> None:
+    if r.stall_dump and r.stall_dump != run.stall_dump:
+        run.stall_dump = r.stall_dump
+        event(session, run.id, "stall", f"the job recorded its threads and memory: {r.stall_dump}")
+
+
+def _finished(
+    session: Session, run: Run, attempt: Attempt, r: FinishedReport, now: datetime
+) -> None:
+    attempt.outcome = "finished"
+    run.adapter = r.adapter
+    run.observed_step = max(run.observed_step, r.step)
+    if r.adapter_modules:
+        run.adapter_modules = r.adapter_modules
+    if r.summary:
+        run.summary = {**(run.summary or {}), **r.summary}
+    if can(run.phase, "complete"):
+        move(session, run, "complete", now=now)
+
+
+def _stopped(session: Session, run: Run, attempt: Attempt, r: StoppedReport, now: datetime) -> None:
+    attempt.outcome = "stopped"
+    if run.requested == "cancel" and can(run.phase, "cancel"):
+        move(session, run, "cancel", now=now)
+    elif run.requested in ("pause-save", "pause-latest") and run.phase == Phase.PAUSING:
+        move(session, run, "paused", now=now)
+
+
+def _failed(session: Session, run: Run, attempt: Attempt, r: FailedReport, now: datetime) -> None:
+    attempt.outcome = "failed"
+    try:
+        reason = FailureReason(r.code)
+    except ValueError:
+        reason = FailureReason.TRAINING_ERROR
+    if can(run.phase, "fail"):
+        move(session, run, "fail", reason=reason, detail=r.detail, now=now)
+
+
+def _summary(summary: dict[str, Any], metrics: dict[str, float], method: str) -> dict[str, Any]:
+    out = dict(summary)
+    if "loss" in metrics and method == "sft":
+        out["loss"] = metrics["loss"]
+    if "reward/mean" in metrics:
+        out["reward"] = metrics["reward/mean"]
+        out.setdefault("firstReward", metrics["reward/mean"])
+    if "eval_loss" in metrics:
+        out["evalLoss"] = metrics["eval_loss"]
+    for key, name in (
+        ("tokens_per_second", "tokensPerSecond"),
+        ("mfu", "mfu"),
+        ("padding_share", "paddingShare"),
+    ):
+        if key in metrics:
+            n = out.get(f"{name}Count", 0)
+            mean = out.get(name) or 0.0
+            out[name] = (mean * n + metrics[key]) / (n + 1)
+            out[f"{name}Count"] = n + 1
+    return out
+
+
+def _memory(
+    current: dict[str, Any] | None, step: int, metrics: dict[str, float]
+) -> dict[str, Any] | None:
+    figures = {k.removeprefix("memory/"): v for k, v in metrics.items() if k.startswith("memory/")}
+    if not figures:
+        return current
+    # The split of the step that reserved the most (the host peak where there is no device).
+    size = figures.get("reserved", figures.get("host_peak", 0.0))
+    best = (current or {}).get("reserved", (current or {}).get("host_peak", -1.0))
+    if current is not None and size <= best:
+        return current
+    return {"step": step, **figures}
+
+
+_HANDLERS: dict[str, Any] = {
+    "started": _started,
+    "training": _training,
+    "steps": _step,
+    "snapshots": _snapshot,
+    "rollouts": _rollouts,
+    "heartbeat": _heartbeat,
+    "finished": _finished,
+    "stopped": _stopped,
+    "failed": _failed,
+}

@@ -1,0 +1,305 @@
+"""Pipelines: ordered train stages, each a run linked to the pipeline. A stage may name an
+earlier stage's output with ``@STAGE`` as its source adapter (a warm start from that stage's final
+adapter). The controller starts each stage when the one before it completes."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import desc, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from akka_training.controller.transitions import event
+from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, PlanRefused, Problem
+from akka_training.core.parsing import parse_plan
+from akka_training.core.phases import TERMINAL, Phase
+from akka_training.core.plans import RL_METHODS, PipelinePlan
+from akka_training.core.refs import stage_of, valid_name
+from akka_training.core.validation import Checked, validate
+from akka_training.server.auth import Principal
+from akka_training.server.context import AppContext
+from akka_training.server.ids import new_id
+from akka_training.server.services import runs as run_service
+from akka_training.server.services.lookups import pipeline_for
+from akka_training.server.services.plans import (
+    StageBinding,
+    build_settings,
+    check_run,
+    resolve_run,
+)
+from akka_training.server.services.run_views import run_json
+from akka_training.server.services.stage_outputs import stage_output_dataset
+from akka_training.storage.models import Pipeline, Run
+
+log = logging.getLogger(__name__)
+
+
+def start(
+    session: Session, ctx: AppContext, principal: Principal, document: dict[str, Any], dry_run: bool
+) -> dict[str, Any]:
+    plan = parse_plan(document)
+    if not isinstance(plan, PipelinePlan):
+        raise InvalidRequest("This is a run plan; start it with `akka training runs start`.")
+    principal.require(plan.project)
+    if plan.submission_id and not dry_run:
+        existing = session.scalar(
+            select(Pipeline).where(
+                Pipeline.project == plan.project, Pipeline.submission_id == plan.submission_id
+            )
+        )
+        if existing is not None:
+            return {**pipeline_json(session, ctx, existing), "existing": True}
+    stages = check_stages(session, ctx, principal, plan)
+    if dry_run:
+        return {"dryRun": True, "project": plan.project, "stages": stages}
+    pipeline = Pipeline(
+        id=new_id("p"),
+        project=plan.project,
+        name=plan.name,
+        description=plan.description,
+        submission_id=plan.submission_id,
+        plan=document,
+        state="RUNNING",
+    )
+    session.add(pipeline)
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise Conflict("A pipeline with this submissionId is being started.") from exc
+    advance(session, ctx, pipeline)
+    return pipeline_json(session, ctx, pipeline)
+
+
+def check_stages(
+    session: Session, ctx: AppContext, principal: Principal, plan: PipelinePlan
+) -> list[dict[str, Any]]:
+    """Check every stage; the resolved settings of each stage whose dataset is registered.
+    Raises `PlanRefused` with every problem of every stage."""
+    problems: list[Problem] = []
+    names = [s.name for s in plan.stages]
+    for i, name in enumerate(names):
+        if not valid_name(name):
+            problems.append(
+                Problem(
+                    f"stages[{i}].name",
+                    f"stages[{i}].name {name!r} is not a name; use lower-case letters, digits, '.', '_' and '-'.",
+                )
+            )
+        if names.count(name) > 1 and names.index(name) == i:
+            problems.append(
+                Problem(
+                    f"stages[{i}].name",
+                    f"Stage name {name!r} is used more than once; stage names must be unique.",
+                )
+            )
+    out = []
+    for i, stage in enumerate(plan.stages):
+        binding = StageBinding(earlier=names[:i], runs={})
+        checked, pins = check_run(session, ctx, principal, stage.as_run_plan(plan.project), binding)
+        for p in validate(checked):
+            problems.append(Problem(f"stages[{i}].{p.field}", f"stage {stage.name}: {p.message}"))
+        entry: dict[str, Any] = {"name": stage.name, "type": stage.type}
+        from_stage = checked.dataset_from_stage
+        if from_stage is not None:
+            producer = next(s for s in plan.stages if s.name == from_stage)
+            if producer.config.method not in RL_METHODS:
+                problems.append(
+                    Problem(
+                        f"stages[{i}].config.dataset",
+                        f"stage {stage.name}: config.dataset @{from_stage} names an sft stage; only "
+                        "grpo and gspo stages produce a dataset (the best completion of each "
+                        "prompt they scored). Use a registered dataset or a reinforcement stage.",
+                    )
+                )
+        if from_stage is not None:
+            entry["omitted"] = (
+                f"trains on the output of stage {from_stage}, which has no registered dataset "
+                "to resolve until that stage runs"
+            )
+        source_stage = stage_of(stage.source.run) if stage.source else None
+        if source_stage:
+            entry["sourceStage"] = source_stage
+        out.append(entry)
+        if from_stage is None and "dataset" in pins and not problems:
+            entry["settings"] = _stage_settings(ctx, checked, pins)
+    if problems:
+        raise PlanRefused(problems, what="pipeline")
+    return out
+
+
+def _stage_settings(ctx: AppContext, checked: Checked, pins: dict[str, object]) -> dict[str, Any]:
+    return build_settings(ctx, checked, pins).settings.to_json()
+
+
+def advance(session: Session, ctx: AppContext, pipeline: Pipeline) -> None:
+    """Start the next stage when the previous one completed; end the pipeline when a stage
+    failed or was cancelled, or when every stage completed."""
+    if pipeline.state != "RUNNING":
+        return
+    plan = PipelinePlan.model_validate(pipeline.plan)
+    done: dict[str, str] = {}
+    for i, stage in enumerate(plan.stages):
+        run = latest_stage_run(session, pipeline.id, stage.name)
+        if run is None:
+            _start_stage(session, ctx, pipeline, plan, i, done)
+            return
+        if run.phase == Phase.COMPLETED:
+            done[stage.name] = run.id
+            continue
+        if run.phase in (Phase.FAILED, Phase.CANCELLED):
+            state = "CANCELLED" if run.phase == Phase.CANCELLED else "FAILED"
+            _end(session, pipeline, state, f"stage {stage.name} (run {run.id}) is {run.phase}")
+        return
+    _end(session, pipeline, "COMPLETED", None)
+
+
+def _start_stage(
+    session: Session,
+    ctx: AppContext,
+    pipeline: Pipeline,
+    plan: PipelinePlan,
+    index: int,
+    done: dict[str, str],
+) -> Run | None:
+    stage = plan.stages[index]
+    run_plan = stage.as_run_plan(plan.project)
+    producer = stage_of(run_plan.config.dataset)
+    if producer is not None:
+        try:
+            ref = stage_output_dataset(
+                session, ctx, pipeline.id, producer, session.get(Run, done[producer])
+            )  # type: ignore[arg-type]
+        except AkkaError as exc:
+            _end(session, pipeline, "FAILED", f"stage {stage.name} could not start: {exc.message}")
+            return None
+        run_plan.config.dataset = ref
+    binding = StageBinding(earlier=[s.name for s in plan.stages[:index]], runs=done)
+    principal = Principal("controller", "controller", "admin", None)
+    try:
+        resolved = resolve_run(session, ctx, principal, run_plan, binding)
+    except AkkaError as exc:
+        _end(session, pipeline, "FAILED", f"stage {stage.name} could not start: {exc.message}")
+        return None
+    document = {"kind": "run", "project": plan.project, **stage.to_json()}
+    for key in ("name", "type"):
+        document.pop(key, None)
+    run = run_service.create_run(session, run_plan, resolved, document, pipeline.id, stage.name)
+    log.info("pipeline %s started stage %s as run %s", pipeline.id, stage.name, run.id)
+    return run
+
+
+def advance_all(ctx: AppContext) -> None:
+    with ctx.db.session() as session:
+        for pipeline in session.scalars(select(Pipeline).where(Pipeline.state == "RUNNING")):
+            advance(session, ctx, pipeline)
+
+
+def latest_stage_run(session: Session, pipeline_id: str, stage: str) -> Run | None:
+    return session.scalar(
+        select(Run)
+        .where(Run.pipeline_id == pipeline_id, Run.stage == stage)
+        .order_by(desc(Run.created_at))
+        .limit(1)
+    )
+
+
+def get(session: Session, ctx: AppContext, principal: Principal, ref: str) -> dict[str, Any]:
+    return pipeline_json(session, ctx, pipeline_for(session, principal, ref))
+
+
+def list_pipelines(
+    session: Session, ctx: AppContext, principal: Principal, project: str | None
+) -> list[dict[str, Any]]:
+    query = select(Pipeline).order_by(desc(Pipeline.created_at)).limit(200)
+    if project:
+        principal.require(project)
+        query = query.where(Pipeline.project == project)
+    elif principal.projects is not None:
+        query = query.where(Pipeline.project.in_(principal.projects))
+    return [pipeline_json(session, ctx, p) for p in session.scalars(query)]
+
+
+def cancel(session: Session, ctx: AppContext, principal: Principal, ref: str) -> dict[str, Any]:
+    pipeline = pipeline_for(session, principal, ref)
+    if pipeline.state != "RUNNING":
+        raise Conflict(f"Pipeline {pipeline.id} is already {pipeline.state}.")
+    for run in session.scalars(select(Run).where(Run.pipeline_id == pipeline.id)):
+        if Phase(run.phase) not in TERMINAL:
+            run_service.cancel(session, ctx, principal, run.id)
+    _end(session, pipeline, "CANCELLED", "cancelled by request")
+    return pipeline_json(session, ctx, pipeline)
+
+
+def resume(session: Session, ctx: AppContext, principal: Principal, ref: str) -> dict[str, Any]:
+    """Run a failed or cancelled pipeline again from the stage that did not complete: a paused
+    stage resumes, a failed or cancelled one runs again as a new run (the old run stays in the
+    record). Stages that completed keep their runs."""
+    pipeline = pipeline_for(session, principal, ref)
+    if pipeline.state not in ("FAILED", "CANCELLED"):
+        raise Conflict(
+            f"Pipeline {pipeline.id} is {pipeline.state}; only a failed or cancelled pipeline resumes."
+        )
+    plan = PipelinePlan.model_validate(pipeline.plan)
+    pipeline.state = "RUNNING"
+    pipeline.failure = None
+    pipeline.ended_at = None
+    done: dict[str, str] = {}
+    for i, stage in enumerate(plan.stages):
+        run = latest_stage_run(session, pipeline.id, stage.name)
+        if run is not None and run.phase == Phase.COMPLETED:
+            done[stage.name] = run.id
+            continue
+        if run is not None and run.phase == Phase.PAUSED:
+            run_service.resume(session, ctx, principal, run.id)
+        elif run is None or Phase(run.phase) in TERMINAL:
+            _start_stage(session, ctx, pipeline, plan, i, done)
+        break
+    else:
+        _end(session, pipeline, "COMPLETED", None)
+    return pipeline_json(session, ctx, pipeline)
+
+
+def pipeline_json(session: Session, ctx: AppContext, pipeline: Pipeline) -> dict[str, Any]:
+    plan = PipelinePlan.model_validate(pipeline.plan)
+    stages = []
+    for stage in plan.stages:
+        run = latest_stage_run(session, pipeline.id, stage.name)
+        stages.append(
+            {
+                "name": stage.name,
+                "type": stage.type,
+                "method": stage.config.method,
+                "run": run.id if run else None,
+                "phase": run.phase if run else "WAITING",
+                "progress": run_json(session, ctx, run, brief=True)["progress"] if run else None,
+            }
+        )
+    return {
+        "id": pipeline.id,
+        "project": pipeline.project,
+        "name": pipeline.name,
+        "description": pipeline.description,
+        "state": pipeline.state,
+        "failure": pipeline.failure,
+        "createdAt": pipeline.created_at.isoformat(),
+        "endedAt": pipeline.ended_at.isoformat() if pipeline.ended_at else None,
+        "stages": stages,
+    }
+
+
+def _end(session: Session, pipeline: Pipeline, state: str, failure: str | None) -> None:
+    pipeline.state = state
+    pipeline.failure = failure
+    pipeline.ended_at = datetime.now(UTC)
+    log.info("pipeline %s %s%s", pipeline.id, state, f": {failure}" if failure else "")
+    first = session.scalar(select(Run.id).where(Run.pipeline_id == pipeline.id).limit(1))
+    if first:
+        event(
+            session,
+            first,
+            "pipeline",
+            f"pipeline {pipeline.id} {state}" + (f": {failure}" if failure else ""),
+        )

@@ -1,0 +1,82 @@
+"""Reading the rollouts a reinforcement run kept: one step at a time, from its step file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import desc, select
+from sqlalchemy.orm import Session
+
+from akka_training.core.errors import InvalidRequest, NotFound
+from akka_training.core.plans import RL_METHODS
+from akka_training.rewards.rollouts import read_step_file
+from akka_training.server.auth import Principal
+from akka_training.server.context import AppContext
+from akka_training.server.services.lookups import run_for
+from akka_training.storage.models import RolloutStep
+
+MAX_ROLLOUTS = 200
+
+
+def rollouts(
+    session: Session,
+    ctx: AppContext,
+    principal: Principal,
+    run_ref: str,
+    step: int | None,
+    order: str | None,
+    limit: int | None,
+) -> dict[str, Any]:
+    run = run_for(session, principal, run_ref)
+    if order not in (None, "worst", "best"):
+        raise InvalidRequest("order is worst or best.")
+    limit = min(limit or MAX_ROLLOUTS, MAX_ROLLOUTS)
+    steps = session.scalars(
+        select(RolloutStep.step).where(RolloutStep.run_id == run.id).order_by(RolloutStep.step)
+    ).all()
+    base = {"run": run.id, "method": run.method, "steps": list(steps)}
+    if not steps:
+        if run.method not in RL_METHODS:
+            note = f"Run {run.id} is a {run.method} run: only grpo and gspo runs keep rollouts."
+        else:
+            note = f"Run {run.id} has no rollouts: it has kept none yet, or it trained on a version that did not keep them."
+        return {**base, "step": None, "count": 0, "rollouts": [], "note": note}
+    if step is None:
+        row = session.scalar(
+            select(RolloutStep)
+            .where(RolloutStep.run_id == run.id)
+            .order_by(desc(RolloutStep.step))
+            .limit(1)
+        )
+    else:
+        row = session.get(RolloutStep, (run.id, step))
+    if row is None:
+        raise NotFound(
+            f"Run {run.id} kept no rollouts at step {step}; steps with rollouts: {_ranges(list(steps))}."
+        )
+    data = ctx.blobs.get_bytes(row.blob)
+    records = read_step_file(data, order=order, limit=limit)  # type: ignore[arg-type]
+    return {
+        **base,
+        "step": row.step,
+        "count": row.count,
+        "order": order,
+        "best": row.best_score,
+        "worst": row.worst_score,
+        "rollouts": [r.to_json() for r in records],
+    }
+
+
+def _ranges(steps: list[int]) -> str:
+    if not steps:
+        return "none"
+    out = []
+    start = prev = steps[0]
+    for s in [*steps[1:], None]:  # type: ignore[list-item]
+        if s is not None and s == prev + 1:
+            prev = s
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if s is not None:
+            start = prev = s
+    return ", ".join(out)

@@ -1,0 +1,158 @@
+"""A run as `runs get` shows it: State, Results, Data fit, Memory, Cost, Failure, Queue, Settings."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import desc, func, select
+from sqlalchemy.orm import Session
+
+from akka_training.core.failures import FailureReason, failure_text
+from akka_training.core.phases import TERMINAL, Phase
+from akka_training.server.context import AppContext
+from akka_training.server.services.projects import held_devices
+from akka_training.storage.models import Claim, Project, Run
+
+
+def run_json(session: Session, ctx: AppContext, run: Run, brief: bool = False) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    summary = run.summary or {}
+    body: dict[str, Any] = {
+        "id": run.id,
+        "project": run.project,
+        "modelName": run.model_name,
+        "description": run.description,
+        "method": run.method,
+        "engine": run.engine,
+        "baseModel": run.base_model,
+        "dataset": run.dataset,
+        "phase": run.phase,
+        "phaseSince": run.phase_since.isoformat(),
+        "progress": {
+            "observedStep": run.observed_step,
+            "totalSteps": run.total_steps,
+            "savedStep": run.saved_step,
+        },
+        "attempt": run.attempt,
+        "requested": run.requested,
+        "pool": run.pool,
+        "gpus": run.gpus,
+        "createdAt": run.created_at.isoformat(),
+        "startedAt": run.started_at.isoformat() if run.started_at else None,
+        "endedAt": run.ended_at.isoformat() if run.ended_at else None,
+        "pipeline": run.pipeline_id,
+        "stage": run.stage,
+        "source": (
+            {"run": run.source_run, "snapshot": run.source_snapshot, "kind": run.source_kind}
+            if run.source_run
+            else None
+        ),
+        "failure": _failure(run),
+    }
+    if brief:
+        return body
+    body.update(
+        {
+            "results": {
+                "model": run.adapter,
+                "trainingLoss": summary.get("loss"),
+                "reward": summary.get("reward"),
+                "adapterModules": run.adapter_modules,
+            },
+            "dataFit": _data_fit(run),
+            "memory": run.memory,
+            "cost": _cost(session, run, now),
+            "queue": _queue(session, ctx, run) if run.phase == Phase.QUEUED else None,
+            "stalled": (
+                {"since": run.stalled_since.isoformat(), "dump": run.stall_dump}
+                if run.stalled_since
+                else None
+            ),
+            "settings": run.settings,
+        }
+    )
+    return body
+
+
+def _failure(run: Run) -> dict[str, Any] | None:
+    if not run.failure_code:
+        return None
+    try:
+        reason = failure_text(FailureReason(run.failure_code), run.failure_detail)
+    except ValueError:
+        reason = run.failure_detail or run.failure_code
+    return {"code": run.failure_code, "reason": reason, "firstLine": reason.splitlines()[0]}
+
+
+def _data_fit(run: Run) -> dict[str, Any] | None:
+    if run.data_fit is None:
+        return None
+    fit = dict(run.data_fit)
+    padding = (run.summary or {}).get("paddingShare")
+    if padding is not None:
+        fit["paddingShare"] = padding
+    return fit
+
+
+def _cost(session: Session, run: Run, now: datetime) -> dict[str, Any]:
+    phase_seconds = dict(run.phase_seconds or {})
+    if Phase(run.phase) not in TERMINAL:
+        phase_seconds[run.phase] = round(
+            phase_seconds.get(run.phase, 0.0) + (now - run.phase_since).total_seconds(), 3
+        )
+    gpu_seconds = run.gpu_seconds or 0.0
+    held = session.scalar(select(Claim).where(Claim.run_id == run.id, Claim.state == "GRANTED"))
+    if held is not None and held.granted_at is not None:
+        gpu_seconds += (now - held.granted_at).total_seconds() * held.devices
+    end = run.ended_at or now
+    summary = run.summary or {}
+    return {
+        "gpuSeconds": round(gpu_seconds, 1),
+        "durationSeconds": round((end - run.created_at).total_seconds(), 1),
+        "phaseSeconds": phase_seconds,
+        "tokensPerSecond": summary.get("tokensPerSecond"),
+        "mfu": summary.get("mfu"),
+    }
+
+
+def _queue(session: Session, ctx: AppContext, run: Run) -> dict[str, Any] | None:
+    claim = session.scalar(
+        select(Claim)
+        .where(Claim.run_id == run.id, Claim.state == "QUEUED")
+        .order_by(desc(Claim.id))
+    )
+    if claim is None:
+        return None
+    ahead = session.scalar(
+        select(func.count()).where(
+            Claim.pool == claim.pool, Claim.state == "QUEUED", Claim.id < claim.id
+        )
+    )
+    granted = session.scalar(
+        select(func.coalesce(func.sum(Claim.devices), 0)).where(
+            Claim.pool == claim.pool, Claim.state == "GRANTED"
+        )
+    )
+    pool = ctx.pool(claim.pool)
+    free = max(0, pool.declared - int(granted or 0))
+    project = session.get(Project, run.project)
+    held, _ = held_devices(session, run.project)
+    waiting = []
+    if project is not None and project.quota is not None and held + claim.devices > project.quota:
+        waiting.append(
+            f"quota: project {run.project} holds {held} of its {project.quota} device(s)"
+        )
+    if int(ahead or 0) > 0:
+        waiting.append(f"{ahead} claim(s) ahead in pool {claim.pool}")
+    if free < claim.devices:
+        waiting.append(f"devices: needs {claim.devices}, pool {claim.pool} has {free} free")
+    return {
+        "position": int(ahead or 0) + 1,
+        "pool": claim.pool,
+        "devices": claim.devices,
+        "free": free,
+        "quota": project.quota if project else None,
+        "held": held,
+        "waitingFor": waiting or ["the controller's next pass"],
+    }

@@ -1,0 +1,323 @@
+"""Runs as users drive them: start (with dry run), read, cancel, pause, resume, branch, continue."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import desc, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from akka_training.controller.transitions import event, move, open_claim, release_claim
+from akka_training.core.errors import Conflict, InvalidRequest, NotFound
+from akka_training.core.parsing import parse_model, parse_plan
+from akka_training.core.phases import TERMINAL, Phase
+from akka_training.core.plans import RL_METHODS, RunPlan
+from akka_training.server.auth import Principal
+from akka_training.server.context import AppContext
+from akka_training.server.ids import new_id
+from akka_training.server.services.lookups import run_for
+from akka_training.server.services.plans import Resolved, resolve_run
+from akka_training.server.services.run_views import run_json
+from akka_training.storage.models import Attempt, Claim, Event, Run, Snapshot, Step
+
+
+def start(
+    session: Session,
+    ctx: AppContext,
+    principal: Principal,
+    document: dict[str, Any],
+    dry_run: bool,
+) -> dict[str, Any]:
+    plan = parse_plan(document)
+    if not isinstance(plan, RunPlan):
+        raise InvalidRequest(
+            "This is a pipeline plan; start it with `akka training pipelines start`."
+        )
+    if plan.submission_id and not dry_run:
+        existing = _by_submission(session, plan.project, plan.submission_id)
+        if existing is not None:
+            principal.require(existing.project)
+            return {**run_json(session, ctx, existing), "existing": True}
+    resolved = resolve_run(session, ctx, principal, plan)
+    if dry_run:
+        return {"dryRun": True, "settings": resolved.settings.to_json()}
+    run = create_run(session, plan, resolved, document)
+    if ctx.telemetry is not None:
+        with ctx.telemetry.span("run.submit", run) as traceparent:
+            run.traceparent = traceparent
+    try:
+        session.flush()
+    except IntegrityError:
+        # Two submissions with the same submissionId raced; the other one won.
+        session.rollback()
+        existing = _by_submission(session, plan.project, plan.submission_id or "")
+        if existing is None:
+            raise
+        return {**run_json(session, ctx, existing), "existing": True}
+    return run_json(session, ctx, run)
+
+
+def create_run(
+    session: Session,
+    plan: RunPlan,
+    resolved: Resolved,
+    document: dict[str, Any],
+    pipeline_id: str | None = None,
+    stage: str | None = None,
+) -> Run:
+    settings = resolved.settings
+    now = datetime.now(UTC)
+    run = Run(
+        id=new_id(),
+        project=plan.project,
+        model_name=plan.model_name,
+        description=plan.description,
+        submission_id=plan.submission_id,
+        method=settings.method,
+        engine=settings.engine,
+        base_model=settings.base_model.id,
+        dataset=f"{settings.dataset.name}:v{settings.dataset.version}",
+        pool=settings.execution.pool or "",
+        gpus=settings.execution.gpus,
+        plan=document,
+        settings=settings.to_json(),
+        source_run=settings.source.run if settings.source else None,
+        source_snapshot=settings.source.snapshot if settings.source else None,
+        source_kind=resolved.source_kind,
+        pipeline_id=pipeline_id,
+        stage=stage,
+        phase=Phase.QUEUED.value,
+        phase_since=now,
+        phase_seconds={},
+        created_at=now,
+    )
+    session.add(run)
+    session.flush()  # the run's row first: its claim and events refer to it
+    open_claim(session, run)
+    event(session, run.id, "submitted", f"submitted {settings.method} on {settings.base_model.id}")
+    return run
+
+
+def get(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> dict[str, Any]:
+    return run_json(session, ctx, run_for(session, principal, run_ref))
+
+
+def list_runs(
+    session: Session,
+    ctx: AppContext,
+    principal: Principal,
+    project: str | None,
+    phase: str | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    query = select(Run).order_by(desc(Run.created_at)).limit(limit)
+    if project:
+        principal.require(project)
+        query = query.where(Run.project == project)
+    elif principal.projects is not None:
+        query = query.where(Run.project.in_(principal.projects))
+    if phase == "open":
+        query = query.where(Run.phase.not_in([p.value for p in TERMINAL]))
+    elif phase:
+        try:
+            query = query.where(Run.phase == Phase(phase.upper()).value)
+        except ValueError as exc:
+            raise InvalidRequest(
+                f"--phase takes open or one of {', '.join(p.value for p in Phase)}."
+            ) from exc
+    return [run_json(session, ctx, r, brief=True) for r in session.scalars(query)]
+
+
+def cancel(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> dict[str, Any]:
+    run = run_for(session, principal, run_ref)
+    if Phase(run.phase) in TERMINAL:
+        raise Conflict(f"Run {run.id} is already {run.phase}.")
+    if run.phase in (Phase.QUEUED, Phase.PAUSED) or _no_job(session, run):
+        move(session, run, "cancel")
+        release_claim(session, run, _claim(session, run))
+    else:
+        # The controller stops the job and ends the run once the job is gone.
+        run.requested = "cancel"
+        event(session, run.id, "request", "cancel requested")
+    return run_json(session, ctx, run)
+
+
+def pause(
+    session: Session, ctx: AppContext, principal: Principal, run_ref: str, checkpoint: str
+) -> dict[str, Any]:
+    if checkpoint not in ("save", "latest"):
+        raise InvalidRequest("--checkpoint takes save (snapshot at the next step) or latest.")
+    run = run_for(session, principal, run_ref)
+    phase = Phase(run.phase)
+    if phase in (Phase.PAUSING, Phase.PAUSED):
+        return run_json(session, ctx, run)
+    if phase in TERMINAL:
+        raise Conflict(f"Run {run.id} is {run.phase}; only an open run can pause.")
+    if phase == Phase.QUEUED:
+        move(session, run, "pause-while-queued")
+        release_claim(session, run, _claim(session, run))
+        return run_json(session, ctx, run)
+    move(session, run, "request-pause")
+    run.requested = f"pause-{checkpoint}"
+    return run_json(session, ctx, run)
+
+
+def resume(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> dict[str, Any]:
+    run = run_for(session, principal, run_ref)
+    if run.phase != Phase.PAUSED:
+        raise Conflict(f"Run {run.id} is {run.phase}; only a PAUSED run resumes.")
+    move(session, run, "resume")
+    open_claim(session, run)
+    return run_json(session, ctx, run)
+
+
+def derive(
+    session: Session,
+    ctx: AppContext,
+    principal: Principal,
+    run_ref: str,
+    snapshot: str,
+    restore: str,
+    steps: int | None,
+    overrides: dict[str, Any] | None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """`runs branch` (restore weights) and `runs continue` (restore the training state): a new
+    run from one of `run_ref`'s snapshots, with the source run's plan and the overrides."""
+    source = run_for(session, principal, run_ref)
+    snap = session.get(Snapshot, (source.id, snapshot))
+    if snap is None or snap.swept_at is not None:
+        names = session.scalars(
+            select(Snapshot.name).where(Snapshot.run_id == source.id, Snapshot.swept_at.is_(None))
+        ).all()
+        raise NotFound(
+            f"Run {source.id} has no snapshot {snapshot!r}; its snapshots: {', '.join(names) or 'none'}."
+        )
+    document = copy.deepcopy(source.plan)
+    for key in ("submissionId", "source"):
+        document.pop(key, None)
+    if overrides:
+        document = _merge(document, overrides)
+    document["source"] = {"run": source.id, "snapshot": snapshot, "restore": restore}
+    if steps is not None:
+        section = "rlHyperparams" if document["config"]["method"] in RL_METHODS else "hyperparams"
+        training = document["config"].setdefault(section, {}).setdefault("training", {})
+        # A continuation counts steps from where the snapshot stopped.
+        training["maxSteps"] = steps + (snap.step if restore == "trainingState" else 0)
+    parse_model(RunPlan, document)
+    return start(session, ctx, principal, document, dry_run)
+
+
+def snapshots(session: Session, principal: Principal, run_ref: str) -> list[dict[str, Any]]:
+    run = run_for(session, principal, run_ref)
+    rows = session.scalars(
+        select(Snapshot).where(Snapshot.run_id == run.id).order_by(Snapshot.step)
+    )
+    return [
+        {
+            "run": run.id,
+            "name": s.name,
+            "step": s.step,
+            "attempt": s.attempt,
+            "weights": s.weights,
+            "trainingState": s.training_state,
+            "createdAt": s.created_at.isoformat(),
+            "swept": s.swept_at is not None,
+        }
+        for s in rows
+    ]
+
+
+def metrics(
+    session: Session, principal: Principal, run_ref: str, fields: list[str] | None
+) -> dict[str, Any]:
+    run = run_for(session, principal, run_ref)
+    rows = session.scalars(select(Step).where(Step.run_id == run.id).order_by(Step.step))
+    steps = []
+    for row in rows:
+        figures = row.metrics
+        if fields:
+            figures = {k: v for k, v in figures.items() if any(_matches(k, f) for f in fields)}
+        steps.append(
+            {"step": row.step, "attempt": row.attempt, "at": row.created_at.isoformat(), **figures}
+        )
+    return {"run": run.id, "method": run.method, "steps": steps}
+
+
+def events(session: Session, run_id: str, after: int) -> list[dict[str, Any]]:
+    rows = session.scalars(
+        select(Event).where(Event.run_id == run_id, Event.id > after).order_by(Event.id)
+    )
+    return [
+        {"id": e.id, "at": e.at.isoformat(), "kind": e.kind, "message": e.message, "data": e.data}
+        for e in rows
+    ]
+
+
+def tree(session: Session, principal: Principal, run_ref: str) -> dict[str, Any]:
+    run = run_for(session, principal, run_ref)
+    root = run
+    seen = {run.id}
+    while root.source_run and root.source_run not in seen:
+        parent = session.get(Run, root.source_run)
+        if parent is None or not principal.can(parent.project):
+            break
+        seen.add(parent.id)
+        root = parent
+    return {"root": root.id, "focus": run.id, "tree": _subtree(session, principal, root)}
+
+
+def _subtree(session: Session, principal: Principal, run: Run) -> dict[str, Any]:
+    children = session.scalars(
+        select(Run).where(Run.source_run == run.id).order_by(Run.created_at)
+    ).all()
+    return {
+        "run": run.id,
+        "method": run.method,
+        "phase": run.phase,
+        "from": {"kind": run.source_kind, "snapshot": run.source_snapshot}
+        if run.source_run
+        else None,
+        "modelName": run.model_name,
+        "children": [_subtree(session, principal, c) for c in children if principal.can(c.project)],
+    }
+
+
+def _matches(key: str, pattern: str) -> bool:
+    return (
+        key == pattern
+        or key.startswith(pattern.rstrip("*").rstrip("/") + "/")
+        or (pattern.endswith("*") and key.startswith(pattern[:-1]))
+    )
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _by_submission(session: Session, project: str, submission_id: str) -> Run | None:
+    return session.scalar(
+        select(Run).where(Run.project == project, Run.submission_id == submission_id)
+    )
+
+
+def _claim(session: Session, run: Run) -> Claim | None:
+    return session.scalar(
+        select(Claim)
+        .where(Claim.run_id == run.id, Claim.state.in_(("QUEUED", "GRANTED")))
+        .order_by(desc(Claim.id))
+    )
+
+
+def _no_job(session: Session, run: Run) -> bool:
+    attempt = session.get(Attempt, (run.id, run.attempt)) if run.attempt else None
+    return attempt is None or attempt.state == "pending"

@@ -1,0 +1,506 @@
+"""Builds the provisioned Grafana dashboard from the catalog's Prometheus names.
+
+    python -m akka_training.telemetry.dashboard > deploy/grafana/dashboard.json
+
+The dashboard has the fixed uid ``akka-training`` (the links `GrafanaLinks` prints open it) and
+the variables ``project``, ``run`` and ``attempt``. Every metric is named through
+`catalog.prometheus_name`, so a renamed metric changes the dashboard with it; a test keeps the
+file in deploy/ equal to this output.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from akka_training.telemetry import catalog as c
+
+UID = "akka-training"
+TITLE = "akka training"
+
+_PROJECT = c.prometheus_label(c.PROJECT)
+_RUN = c.prometheus_label(c.RUN_ID)
+_ATTEMPT = c.prometheus_label(c.RUN_ATTEMPT)
+# The selector every job panel uses.
+_SEL = f'{_PROJECT}="$project", {_RUN}="$run", {_ATTEMPT}=~"$attempt"'
+
+
+def build() -> dict[str, Any]:
+    layout = _Layout()
+    for title, panels in _sections():
+        layout.row(title)
+        for panel in panels:
+            layout.add(panel)
+    return {
+        "uid": UID,
+        "title": TITLE,
+        "description": "A training run of akka training: progress, loss and reward, reward "
+        "graders, timings, memory, GPU health, and the pools' capacity over time.",
+        "tags": ["akka-training"],
+        "editable": False,
+        "graphTooltip": 1,
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "timezone": "browser",
+        "templating": {"list": _variables()},
+        "annotations": {"list": []},
+        "links": [],
+        "panels": layout.panels,
+    }
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2) + "\n"
+
+
+def main() -> None:
+    sys.stdout.write(render())
+
+
+# --- panels ---------------------------------------------------------------------------------------
+
+
+def _n(short: str) -> str:
+    """The Prometheus name of a catalog metric."""
+    return c.prometheus_name(c.metric(c.PREFIX + short))
+
+
+def _job(short: str, suffix: str = "") -> str:
+    return f"{_n(short)}{suffix}{{{_SEL}}}"
+
+
+def _quantiles(
+    short: str, by: str = "", qs: tuple[float, ...] = (0.1, 0.5, 0.9)
+) -> list[tuple[str, str]]:
+    group = f"le{', ' + by if by else ''}"
+    legend = f"{{{{{by}}}}} " if by else ""
+    return [
+        (
+            f"histogram_quantile({q}, sum by ({group}) "
+            f"(rate({_job(short, '_bucket')}[$__rate_interval])))",
+            f"{legend}p{round(q * 100)}",
+        )
+        for q in qs
+    ]
+
+
+def _mean_of(short: str, by: str) -> tuple[str, str]:
+    return (
+        f"sum by ({by}) (rate({_job(short, '_sum')}[$__rate_interval])) / "
+        f"sum by ({by}) (rate({_job(short, '_count')}[$__rate_interval]))",
+        f"{{{{{by}}}}}",
+    )
+
+
+def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
+    phase = c.prometheus_label(c.STEP_PHASE)
+    term = c.prometheus_label(c.REWARD_TERM)
+    cause = c.prometheus_label(c.REWARD_FAILURE_CAUSE)
+    token_type = c.prometheus_label(c.TOKEN_TYPE)
+    part = c.prometheus_label(c.MEMORY_PART)
+    bound = c.prometheus_label(c.CLIP_BOUND)
+    uuid = c.prometheus_label(c.GPU_UUID)
+    reason = c.prometheus_label(c.GPU_THROTTLE_REASON)
+    xid = c.prometheus_label(c.GPU_XID)
+    ecc = c.prometheus_label(c.GPU_ECC_TYPE)
+    pool = c.prometheus_label(c.POOL_NAME)
+    state = c.prometheus_label(c.CLAIM_STATE)
+    run_phase = c.prometheus_label(c.RUN_PHASE)
+    project_sel = f'{{{_PROJECT}="$project"}}'
+    return [
+        (
+            "Progress",
+            [
+                _ts(
+                    "Completed steps",
+                    [(_job("sft.step.count"), "sft"), (_job("rl.step.count"), "rl")],
+                    "none",
+                ),
+                _ts(
+                    "Steps per minute",
+                    [
+                        (f"60 * rate({_job('sft.step.count')}[$__rate_interval])", "sft"),
+                        (f"60 * rate({_job('rl.step.count')}[$__rate_interval])", "rl"),
+                    ],
+                    "none",
+                ),
+                _ts(
+                    "Job state",
+                    [
+                        (f"time() - {_job('job.heartbeat')}", "seconds since heartbeat"),
+                        (_job("job.stalled"), "stalled"),
+                        (f"{_job('job.phase')} == 1", f"{{{{{run_phase}}}}}"),
+                    ],
+                    "none",
+                ),
+            ],
+        ),
+        (
+            "Loss and reward",
+            [
+                _ts(
+                    "Loss (sft)",
+                    [(_job("sft.loss"), "train"), (_job("sft.eval.loss"), "eval")],
+                    "none",
+                ),
+                _ts(
+                    "Reward mean and spread",
+                    [
+                        (_job("rl.reward.mean"), "mean"),
+                        (_job("rl.reward.std"), "std"),
+                        (_job("rl.reward.min"), "min"),
+                        (_job("rl.reward.max"), "max"),
+                    ],
+                    "none",
+                ),
+                _ts("Reward percentiles", _quantiles("rl.rollout.reward"), "none"),
+                _heatmap(
+                    "Reward distribution",
+                    f"sum by (le) (increase({_job('rl.rollout.reward', '_bucket')}[$__interval]))",
+                ),
+                _ts(
+                    "Term shares (mean)",
+                    [(_job("rl.term.share.mean"), f"{{{{{term}}}}}")],
+                    "none",
+                ),
+                _ts(
+                    "Term shares (spread)",
+                    [(_job("rl.term.share.std"), f"{{{{{term}}}}}")],
+                    "none",
+                ),
+                _ts(
+                    "Term share median per term",
+                    _quantiles("rl.rollout.term.share", term, (0.5,)),
+                    "none",
+                ),
+            ],
+        ),
+        (
+            "Completions and policy",
+            [
+                _ts(
+                    "Completion length",
+                    [
+                        (_job("rl.completion.length.min"), "min"),
+                        (_job("rl.completion.length.mean"), "mean"),
+                        (_job("rl.completion.length.max"), "max"),
+                        (_job("rl.completion.terminated.length.mean"), "mean terminated"),
+                    ],
+                    "none",
+                ),
+                _ts(
+                    "Completion length tail",
+                    _quantiles("rl.rollout.completion.length", "", (0.5, 0.9, 0.99)),
+                    "none",
+                ),
+                _ts(
+                    "Shares of the step",
+                    [
+                        (_job("rl.completion.truncated.ratio"), "completions truncated"),
+                        (_job("rl.policy.clipped.ratio"), f"clipped at {{{{{bound}}}}}"),
+                        (_job("rl.reward.zero_std.ratio"), "prompt groups without signal"),
+                        (_job("rl.reward.zero.ratio"), "rollouts scoring 0"),
+                        (_job("rl.reward.full.ratio"), "rollouts scoring full"),
+                    ],
+                    "percentunit",
+                ),
+                _ts(
+                    "KL, entropy, policy loss",
+                    [
+                        (_job("rl.kl"), "kl"),
+                        (_job("rl.entropy"), "entropy"),
+                        (_job("rl.policy.loss"), "policy loss"),
+                    ],
+                    "none",
+                ),
+                _ts(
+                    "Tools",
+                    [
+                        (_job("rl.tool.calls"), "calls per completion"),
+                        (_job("rl.tool.failure.ratio"), "failure share"),
+                    ],
+                    "none",
+                ),
+            ],
+        ),
+        (
+            "Reward graders",
+            [
+                _ts(
+                    "Scoring time per rollout (p50, p95)",
+                    _quantiles("reward.term.timing", term, (0.5, 0.95)),
+                    "s",
+                ),
+                _ts(
+                    "Scoring failures per second",
+                    [
+                        (
+                            f"sum by ({term}, {cause}) "
+                            f"(rate({_job('reward.term.failures')}[$__rate_interval]))",
+                            f"{{{{{term}}}}} {{{{{cause}}}}}",
+                        )
+                    ],
+                    "none",
+                ),
+                _ts(
+                    "Judge tokens per second",
+                    [
+                        (
+                            f"sum by ({term}, {token_type}) "
+                            f"(rate({_job('reward.judge.tokens')}[$__rate_interval]))",
+                            f"{{{{{term}}}}} {{{{{token_type}}}}}",
+                        )
+                    ],
+                    "none",
+                ),
+            ],
+        ),
+        (
+            "Timing and throughput",
+            [
+                _ts("Step phases (rl, mean)", [_mean_of("rl.step.timing", phase)], "s"),
+                _ts("Step phases (sft, mean)", [_mean_of("sft.step.timing", phase)], "s"),
+                _ts(
+                    "Throughput",
+                    [(_job("step.throughput"), "tokens/s")],
+                    "none",
+                ),
+                _ts("Tokens per step", [(_job("step.tokens"), "tokens")], "none"),
+                _ts("MFU", [(_job("step.mfu.ratio"), "MFU")], "percentunit"),
+            ],
+        ),
+        (
+            "Memory and data",
+            [
+                _ts(
+                    "Device memory at the step's peak",
+                    [
+                        (_job("memory.peak"), f"{{{{{part}}}}}"),
+                    ],
+                    "bytes",
+                    stacked=True,
+                ),
+                _ts(
+                    "Reserved and host",
+                    [
+                        (_job("memory.allocated.peak"), "device allocated"),
+                        (_job("memory.reserved"), "device reserved"),
+                        (_job("memory.host.peak"), "host peak"),
+                    ],
+                    "bytes",
+                ),
+                _ts(
+                    "Data fit",
+                    [
+                        (_job("data.rows.truncated"), "rows truncated"),
+                        (_job("data.answers.truncated"), "answers truncated"),
+                        (_job("data.rows.dropped"), "rows dropped"),
+                    ],
+                    "none",
+                ),
+                _ts("Padding share", [(_job("data.padding.ratio"), "padding")], "percentunit"),
+            ],
+        ),
+        (
+            "GPU health",
+            [
+                _ts("Utilisation", [(_job("gpu.utilization"), f"{{{{{uuid}}}}}")], "percent"),
+                _ts("Power", [(_job("gpu.power"), f"{{{{{uuid}}}}}")], "watt"),
+                _ts("Temperature", [(_job("gpu.temperature"), f"{{{{{uuid}}}}}")], "celsius"),
+                _ts("Memory used", [(_job("gpu.memory.used"), f"{{{{{uuid}}}}}")], "bytes"),
+                _ts(
+                    "Clocks",
+                    [
+                        (_job("gpu.clock.sm"), f"SM {{{{{uuid}}}}}"),
+                        (_job("gpu.clock.memory"), f"memory {{{{{uuid}}}}}"),
+                    ],
+                    "MHz",
+                ),
+                _ts(
+                    "Throttle reasons active",
+                    [(f"{_job('gpu.throttle')} == 1", f"{{{{{reason}}}}} {{{{{uuid}}}}}")],
+                    "none",
+                ),
+                _ts(
+                    "XID and ECC errors",
+                    [
+                        (
+                            f"increase({_job('gpu.xid.errors')}[$__rate_interval])",
+                            f"XID {{{{{xid}}}}} {{{{{uuid}}}}}",
+                        ),
+                        (
+                            f"increase({_job('gpu.ecc.errors')}[$__rate_interval])",
+                            f"ECC {{{{{ecc}}}}} {{{{{uuid}}}}}",
+                        ),
+                    ],
+                    "none",
+                ),
+            ],
+        ),
+        (
+            "Capacity over time",
+            [
+                _ts(
+                    "Pool devices",
+                    [
+                        (f"{_n('pool.devices.declared')}", f"declared {{{{{pool}}}}}"),
+                        (f"{_n('pool.devices.observed')}", f"observed {{{{{pool}}}}}"),
+                        (f"{_n('pool.devices.claimed')}", f"claimed {{{{{pool}}}}}"),
+                    ],
+                    "none",
+                ),
+                _ts(
+                    "Claims by state",
+                    [(_n("pool.claims"), f"{{{{{pool}}}}} {{{{{state}}}}}")],
+                    "none",
+                    stacked=True,
+                ),
+                _ts(
+                    "Project devices and quota",
+                    [
+                        (f"{_n('project.devices.claimed')}{project_sel}", "claimed"),
+                        (f"{_n('project.devices.quota')}{project_sel}", "quota"),
+                    ],
+                    "none",
+                ),
+                _ts(
+                    "Project runs by phase",
+                    [(f"{_n('runs')}{project_sel}", f"{{{{{run_phase}}}}}")],
+                    "none",
+                    stacked=True,
+                ),
+                _ts(
+                    "Run failures",
+                    [
+                        (
+                            f"increase({_n('run.failures')}{project_sel}[$__rate_interval])",
+                            f"{{{{{c.prometheus_label(c.FAILURE_REASON)}}}}}",
+                        )
+                    ],
+                    "none",
+                ),
+            ],
+        ),
+    ]
+
+
+def _ts(
+    title: str, queries: list[tuple[str, str]], unit: str, *, stacked: bool = False
+) -> dict[str, Any]:
+    custom: dict[str, Any] = {"lineWidth": 1, "fillOpacity": 10, "showPoints": "never"}
+    if stacked:
+        custom.update(stacking={"mode": "normal", "group": "A"}, fillOpacity=40)
+    return {
+        "type": "timeseries",
+        "title": title,
+        "datasource": _DATASOURCE,
+        "fieldConfig": {"defaults": {"unit": unit, "custom": custom}, "overrides": []},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
+        "targets": [
+            {"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend, "range": True}
+            for i, (expr, legend) in enumerate(queries)
+        ],
+    }
+
+
+def _heatmap(title: str, expr: str) -> dict[str, Any]:
+    return {
+        "type": "heatmap",
+        "title": title,
+        "datasource": _DATASOURCE,
+        "options": {"calculate": False, "yAxis": {"unit": "none"}, "cellGap": 1},
+        "targets": [{"refId": "A", "expr": expr, "format": "heatmap", "legendFormat": "{{le}}"}],
+    }
+
+
+def _variables() -> list[dict[str, Any]]:
+    heartbeat = _n("job.heartbeat")
+    return [
+        {
+            "name": "datasource",
+            "label": "Data source",
+            "type": "datasource",
+            "query": "prometheus",
+        },
+        _query_var("project", "Project", f"label_values({heartbeat}, {_PROJECT})"),
+        _query_var(
+            "run",
+            "Run",
+            f'label_values({heartbeat}{{{_PROJECT}="$project"}}, {_RUN})',
+        ),
+        {
+            **_query_var(
+                "attempt",
+                "Attempt",
+                f'label_values({heartbeat}{{{_PROJECT}="$project", {_RUN}="$run"}}, {_ATTEMPT})',
+            ),
+            "includeAll": True,
+            "allValue": ".*",
+            "multi": True,
+            "current": {"text": "All", "value": "$__all"},
+        },
+    ]
+
+
+def _query_var(name: str, label: str, query: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": _DATASOURCE,
+        "query": {"query": query, "refId": f"{name}-values"},
+        "definition": query,
+        "refresh": 2,
+        "sort": 1,
+    }
+
+
+_DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+
+
+class _Layout:
+    """Places panels three to a line under full-width rows."""
+
+    WIDTH, HEIGHT, PER_LINE = 8, 8, 3
+
+    def __init__(self) -> None:
+        self.panels: list[dict[str, Any]] = []
+        self._y = 0
+        self._column = 0
+
+    def row(self, title: str) -> None:
+        if self._column:
+            self._y += self.HEIGHT
+            self._column = 0
+        self.panels.append(
+            {
+                "type": "row",
+                "title": title,
+                "collapsed": False,
+                "id": len(self.panels) + 1,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": self._y},
+                "panels": [],
+            }
+        )
+        self._y += 1
+
+    def add(self, panel: dict[str, Any]) -> None:
+        panel["id"] = len(self.panels) + 1
+        panel["gridPos"] = {
+            "h": self.HEIGHT,
+            "w": self.WIDTH,
+            "x": self._column * self.WIDTH,
+            "y": self._y,
+        }
+        self.panels.append(panel)
+        self._column += 1
+        if self._column == self.PER_LINE:
+            self._column = 0
+            self._y += self.HEIGHT
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Files a training job writes its step figures to, beside its other artifacts.
+
+A sink is a small seam: ``log_dict(kind, step, figures)`` and ``close()``. `JsonlSink` writes one
+JSON line per step to ``metrics.jsonl``; `TensorBoardSink` writes scalars under
+``tensorboard/`` with tensorboard's own writer (it needs only numpy, so a job does not import
+torch for it). Both are written whether or not a collector is configured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+
+
+class Sink(Protocol):
+    """Receives every step's figures; must be safe to call from one thread at a time."""
+
+    def log_dict(self, kind: str, step: int, figures: Mapping[str, float]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class JsonlSink:
+    """``metrics.jsonl``: one line per step, ``{"step", "kind", "time", "figures"}``.
+
+    A figure that is not a finite number (a NaN loss) is written as null, so every line is
+    strict JSON.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / METRICS_FILE
+        self._file = self.path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def log_dict(self, kind: str, step: int, figures: Mapping[str, float]) -> None:
+        line = {
+            "step": step,
+            "kind": kind,
+            "time": round(time.time(), 3),
+            "figures": {name: _finite(value) for name, value in figures.items()},
+        }
+        with self._lock:
+            self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
+            # A line per step is small; flushing keeps the file readable by a live job's reader.
+            self._file.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
+
+
+class TensorBoardSink:
+    """Scalars as ``<kind>/<figure>`` under ``tensorboard/``."""
+
+    def __init__(self, directory: Path) -> None:
+        # Imported here: tensorboard is part of the training extra, not of the service.
+        from tensorboard.summary import Writer
+
+        self.path = directory / TENSORBOARD_DIR
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._writer: Any = Writer(str(self.path))
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def log_dict(self, kind: str, step: int, figures: Mapping[str, float]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            for name, value in figures.items():
+                self._writer.add_scalar(f"{kind}/{name}", float(value), step)
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._writer.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._writer.close()
+                self._closed = True
+
+
+def open_sinks(directory: Path, *, tensorboard: bool = True) -> list[Sink]:
+    """The job's file sinks. TensorBoard is skipped, with a warning, when tensorboard is not
+    installed (a service-only installation); metrics.jsonl is always written."""
+    sinks: list[Sink] = [JsonlSink(directory)]
+    if tensorboard:
+        try:
+            sinks.append(TensorBoardSink(directory))
+        except ImportError as exc:
+            log.warning("TensorBoard files are off: tensorboard is not installed (%s)", exc)
+    return sinks
+
+
+def _finite(value: float) -> float | None:
+    number = float(value)
+    return number if math.isfinite(number) else None

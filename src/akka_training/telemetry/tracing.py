@@ -1,0 +1,113 @@
+"""Spans, one tracer provider per process, and trace context from the service to its jobs.
+
+The service opens ``akka.optimize.training.job.launch`` when it starts an attempt's job and
+passes `Tracing.traceparent()` to the job, in the job spec (``telemetry.traceparent``) and in
+the ``TRACEPARENT`` environment variable. The job opens its root span
+``akka.optimize.training.job`` with that traceparent as parent, so every span of the job joins
+the run's trace.
+
+Service::
+
+    with tracing.span(c.PREFIX + "job.launch", {c.RUN_ID: run.id, ...}):
+        spec.telemetry.traceparent = tracing.traceparent()
+        backend.launch(spec, env={TRACEPARENT_ENV: spec.telemetry.traceparent, ...})
+
+Job::
+
+    tracing = Tracing(JOB_SERVICE, job_resource_from_spec(spec), spec.telemetry.collector_endpoint)
+    with tracing.span(c.PREFIX + "job", parent=job_traceparent(spec.telemetry.traceparent)):
+        with tracing.span(c.PREFIX + "job.step", {c.STEP: 1}):
+            ...
+    tracing.shutdown()
+
+Without a collector endpoint spans are still created (so ``traceparent()`` works) and dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanProcessor
+from opentelemetry.trace import Span
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
+
+from akka_training.telemetry import catalog as c
+from akka_training.telemetry.otel import ResourceValue, make_resource, otlp_url
+
+TRACEPARENT_ENV = "TRACEPARENT"
+TRACER_NAME = "akka_training"
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def job_traceparent(from_spec: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The traceparent a job's spans join: the spec's, else ``TRACEPARENT`` from the
+    environment, else None (the job starts its own trace)."""
+    env = os.environ if env is None else env
+    return from_spec or env.get(TRACEPARENT_ENV) or None
+
+
+class Tracing:
+    """A tracer provider for this process (never installed globally), exporting over OTLP/HTTP
+    when `collector_endpoint` is set. Span names must be in the catalog."""
+
+    def __init__(
+        self,
+        service_name: str,
+        resource_attrs: Mapping[str, ResourceValue],
+        collector_endpoint: str | None,
+        *,
+        exporter: SpanExporter | None = None,
+        schedule_delay_s: float = 2.0,
+    ) -> None:
+        self._provider = TracerProvider(resource=make_resource(service_name, resource_attrs))
+        if exporter is None and collector_endpoint:
+            exporter = OTLPSpanExporter(endpoint=otlp_url(collector_endpoint, "traces"))
+        if exporter is not None:
+            processor: SpanProcessor = BatchSpanProcessor(
+                exporter, schedule_delay_millis=schedule_delay_s * 1000
+            )
+            self._provider.add_span_processor(processor)
+        self._tracer = self._provider.get_tracer(TRACER_NAME)
+
+    @contextmanager
+    def span(
+        self,
+        name: str,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        *,
+        parent: str | None = None,
+    ) -> Iterator[Span]:
+        """Open a span named from the catalog, as a child of the current span, or of the span
+        `parent` (a W3C traceparent) names. An exception leaving the block is recorded on the
+        span and re-raised."""
+        c.span(name)  # a name outside the catalog is a bug: KeyError
+        ctx = _PROPAGATOR.extract({"traceparent": parent}) if parent else None
+        with self._tracer.start_as_current_span(
+            name, context=ctx, attributes=dict(attributes or {})
+        ) as current:
+            yield current
+
+    def traceparent(self) -> str | None:
+        """The W3C traceparent of the current span, to hand to a job; None outside a span."""
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=otel_context.get_current())
+        return carrier.get("traceparent")
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        return self._provider.force_flush(timeout_millis=int(timeout_s * 1000))
+
+    def shutdown(self) -> None:
+        self._provider.shutdown()
+
+
+def current_span() -> Span:
+    """The span current in this thread (a non-recording one outside any span)."""
+    return trace.get_current_span()

@@ -1,0 +1,126 @@
+"""Helpers for integration tests: plans, datasets and waiting, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from akka_training.testing.service import TrainerProcess
+
+# A catalog for tests whose jobs train nothing (the scripted job): no model files needed.
+SCRIPTED_CATALOG = [
+    {
+        "id": "tiny-chat",
+        "path": "/nonexistent/tiny-chat",
+        "context-length": 2048,
+        "envelopes": [
+            {"method": m, "engine": "trl", "gpus": 1, "precision": "FP32", "host-memory-gib": 1}
+            for m in ("sft", "grpo", "gspo")
+        ],
+    }
+]
+
+
+def scripted_settings(**trainer: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "catalog": SCRIPTED_CATALOG,
+        "testing": {"scripted-jobs": True},
+        "controller": {"interval-seconds": 0.2, "retry-base-seconds": 0.2},
+        "local": {"stop-grace-seconds": 5},
+        "pools": [{"name": "default", "accelerator": "cpu", "devices": 1}],
+    }
+    for key, value in trainer.items():
+        base[key.replace("_", "-")] = value
+    return {"trainer": base}
+
+
+CHAT_ROWS = [
+    {
+        "messages": [
+            {"role": "user", "content": f"What is {a} + {b}?"},
+            {"role": "assistant", "content": f"#### {a + b}"},
+        ]
+    }
+    for a in range(1, 9)
+    for b in range(1, 6)
+]
+
+
+def register_dataset(
+    trainer: TrainerProcess, ref: str, rows: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    path = trainer.home / f"{ref.replace('/', '_')}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (rows or CHAT_ROWS)))
+    return trainer.cli_json("training", "datasets", "register", ref, "-f", str(path))
+
+
+def ensure_project(trainer: TrainerProcess, name: str, quota: int | None = None) -> None:
+    args = ["training", "projects", "create", name]
+    if quota is not None:
+        args += ["--quota", str(quota)]
+    trainer.cli(*args)
+
+
+def sft_plan(project: str, dataset: str, steps: int = 6, **extra: Any) -> dict[str, Any]:
+    plan: dict[str, Any] = {
+        "kind": "run",
+        "project": project,
+        "baseModel": "tiny-chat",
+        "config": {
+            "dataset": dataset,
+            "method": "sft",
+            "maxSeqLength": 256,
+            "hyperparams": {"training": {"maxSteps": steps, "batchSize": 2}},
+        },
+        "execution": {"gpus": 1, "saveEvery": 2},
+    }
+    for key, value in extra.items():
+        plan[key] = value
+    return plan
+
+
+def write_plan(trainer: TrainerProcess, plan: dict[str, Any], name: str = "plan.yaml") -> Path:
+    path = trainer.home / name
+    path.write_text(yaml.safe_dump(plan))
+    return path
+
+
+def start_run(trainer: TrainerProcess, plan: dict[str, Any]) -> str:
+    path = write_plan(trainer, plan, f"plan-{time.monotonic_ns()}.yaml")
+    return str(trainer.cli_json("training", "runs", "start", "-f", str(path))["id"])
+
+
+def run_get(trainer: TrainerProcess, run_id: str) -> dict[str, Any]:
+    return dict(trainer.cli_json("training", "runs", "get", run_id))
+
+
+def wait_for(
+    trainer: TrainerProcess, run_id: str, predicate: Any, timeout: float = 120.0
+) -> dict[str, Any]:
+    """Poll the run (through the client, not the CLI, to keep polling cheap) until `predicate`."""
+    deadline = time.monotonic() + timeout
+    with trainer.client() as client:
+        while True:
+            run = client.run(run_id)
+            if predicate(run):
+                return run
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"run {run_id} did not get there in {timeout} s: {run['phase']} {run['progress']}\n{trainer.log()[-3000:]}"
+                )
+            time.sleep(0.2)
+
+
+def wait_phase(
+    trainer: TrainerProcess, run_id: str, *phases: str, timeout: float = 120.0
+) -> dict[str, Any]:
+    return wait_for(trainer, run_id, lambda r: r["phase"] in phases, timeout)
+
+
+def steps_of(trainer: TrainerProcess, run_id: str) -> list[int]:
+    with trainer.client() as client:
+        return [s["step"] for s in client.metrics(run_id)["steps"]]

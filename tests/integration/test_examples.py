@@ -1,0 +1,89 @@
+"""Every example plan under examples/ passes the submission checks of a real trainer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from akka_training.core.parsing import parse_plan
+from tests.integration.helpers import ensure_project, wait_phase, write_plan
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+DATA = {
+    "demo/arithmetic": "arithmetic.jsonl",
+    "demo/arithmetic-eval": "arithmetic-eval.jsonl",
+    "demo/arithmetic-prompts": "arithmetic-prompts.jsonl",
+}
+
+
+def deployment(trainer_factory: Any, dev_models: Path, engine: str) -> Any:
+    trainer = trainer_factory(
+        {
+            "trainer": {
+                "dev-models-dir": str(dev_models),
+                "reinforcement": {"engine": engine},
+                "testing": {"scripted-jobs": True},
+                "controller": {"interval-seconds": 0.2},
+                "pools": [{"name": "default", "accelerator": "cpu", "devices": 4}],
+            }
+        },
+        env={"AKKA_SCRIPTED_STEP_SECONDS": "0.01"},
+    )
+    ensure_project(trainer, "demo")
+    for ref, name in DATA.items():
+        trainer.cli("training", "datasets", "register", ref, "-f", str(EXAMPLES / "data" / name))
+    return trainer
+
+
+def dry_run(trainer: Any, plan: dict[str, Any], noun: str = "runs") -> dict[str, Any]:
+    path = write_plan(trainer, plan, "example.yaml")
+    return dict(trainer.cli_json("training", noun, "start", "-f", str(path), "--dry-run"))
+
+
+def test_every_example_is_covered() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == [
+        "grpo-verl-4gpu.yaml",
+        "grpo.yaml",
+        "gspo.yaml",
+        "pipeline.yaml",
+        "sft.yaml",
+    ]
+
+
+def test_the_trl_examples_pass_the_checks(trainer_factory: Any, dev_models: Path) -> None:
+    trainer = deployment(trainer_factory, dev_models, "trl")
+    sft = yaml.safe_load((EXAMPLES / "sft.yaml").read_text())
+    assert dry_run(trainer, sft)["settings"]["method"] == "sft"
+    run = trainer.cli_json("training", "runs", "start", "-f", str(write_plan(trainer, sft)))["id"]
+    wait_phase(trainer, run, "COMPLETED")
+    for name in ("grpo.yaml", "gspo.yaml"):
+        plan = yaml.safe_load((EXAMPLES / name).read_text().replace("SFT_RUN_ID", run))
+        settings = dry_run(trainer, plan)["settings"]
+        assert settings["source"]["kind"] == "warm-start"
+        assert settings["config"]["rlHyperparams"]["lora"]["rank"] == 16  # the adapter's rank
+    pipeline = yaml.safe_load((EXAMPLES / "pipeline.yaml").read_text())
+    stages = dry_run(trainer, pipeline, "pipelines")["stages"]
+    assert [s["name"] for s in stages] == ["sft", "grpo", "distill"]
+
+
+def test_the_verl_example_passes_the_checks_of_a_verl_deployment(
+    trainer_factory: Any, dev_models: Path
+) -> None:
+    trainer = deployment(trainer_factory, dev_models, "verl")
+    plan = yaml.safe_load((EXAMPLES / "grpo-verl-4gpu.yaml").read_text())
+    settings = dry_run(trainer, plan)["settings"]
+    assert settings["engine"] == "verl" and settings["execution"]["gpus"] == 4
+    trl = deployment(trainer_factory, dev_models, "trl")
+    path = write_plan(trl, plan)
+    refused = trl.cli("training", "runs", "start", "-f", str(path), "--dry-run", check=False)
+    assert refused.returncode == 1 and "qualified at 1 GPU(s)" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    "name", ["sft.yaml", "grpo.yaml", "gspo.yaml", "grpo-verl-4gpu.yaml", "pipeline.yaml"]
+)
+def test_examples_parse(name: str) -> None:
+    parse_plan(yaml.safe_load((EXAMPLES / name).read_text()))

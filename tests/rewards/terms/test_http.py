@@ -1,0 +1,105 @@
+"""The http term against a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from akka_training.core.plans import HttpTerm
+from akka_training.rewards.scorer import RewardScorer
+from akka_training.rewards.scoring import ScoredBatch
+
+from ..servers import Reply, ScriptedServer, rollout
+
+Serve = Callable[[Callable[[str, Any], Reply]], ScriptedServer]
+CHAT = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "What is six times seven?"},
+]
+
+
+def evaluator(url: str, timeout: float = 5.0) -> HttpTerm:
+    return HttpTerm(
+        name="eval",
+        kind="http",
+        weight=0.5,
+        url=url,
+        timeout_seconds=timeout,
+        headers={"X-Team": "maths"},
+    )
+
+
+def score(term: HttpTerm, count: int = 1) -> ScoredBatch:
+    with RewardScorer([term]) as scorer:
+        return scorer.score([rollout(prompt=CHAT) for _ in range(count)])
+
+
+def test_a_score_and_explanation_are_read(serve: Serve) -> None:
+    server = serve(lambda path, body: Reply({"score": 0.6, "explanation": "partly right"}))
+    batch = score(evaluator(server.url + "/grade"))
+    result = batch.rollouts[0]
+    assert (result.values, result.shares) == ({"eval": 0.6}, {"eval": 0.3})
+    assert result.explanations == {"eval": "partly right"}
+    path, body, headers = server.requests[0]
+    assert path == "/grade"
+    assert body == {"input": CHAT, "output": "the answer\n#### 42", "expected": "#### 42"}
+    assert headers["X-Team"] == "maths"
+
+
+@pytest.mark.parametrize(("ok", "value"), [(True, 1.0), (False, 0.0)])
+def test_ok_counts_as_one_or_zero(serve: Serve, ok: bool, value: float) -> None:
+    server = serve(lambda path, body: Reply({"ok": ok}))
+    batch = score(evaluator(server.url))
+    assert batch.rollouts[0].values == {"eval": value}
+    assert batch.rollouts[0].failures == {}
+
+
+@pytest.mark.parametrize(
+    "body", [{"score": 1.5}, {"score": True}, {"ok": "yes"}, {"verdict": "pass"}, [0.5]]
+)
+def test_an_answer_without_a_verdict_scores_zero_with_cause_no_verdict(
+    serve: Serve, body: Any
+) -> None:
+    server = serve(lambda path, _: Reply(body))
+    batch = score(evaluator(server.url), count=2)
+    assert batch.scores == [0.0, 0.0]
+    assert batch.rollouts[0].failures == {"eval": "no-verdict"}
+    assert batch.stats.failures == {("eval", "no-verdict"): 2}
+
+
+def test_an_answer_that_is_not_json_has_no_verdict(serve: Serve) -> None:
+    server = serve(lambda path, _: Reply(raw=b"<html>ok</html>"))
+    assert score(evaluator(server.url)).rollouts[0].failures == {"eval": "no-verdict"}
+
+
+def test_a_slow_evaluator_scores_zero_with_cause_timeout(serve: Serve) -> None:
+    server = serve(lambda path, body: Reply({"score": 1.0}, delay=3.0))
+    started = time.monotonic()
+    batch = score(evaluator(server.url, timeout=0.3), count=3)
+    assert time.monotonic() - started < 2.0
+    assert batch.rollouts[0].failures == {"eval": "timeout"}
+    assert batch.stats.failures == {("eval", "timeout"): 3}
+
+
+def test_a_refused_connection_scores_zero_with_cause_connect(closed_port: int) -> None:
+    batch = score(evaluator(f"http://127.0.0.1:{closed_port}/grade"))
+    assert batch.rollouts[0].failures == {"eval": "connect"}
+    assert batch.stats.failures == {("eval", "connect"): 1}
+
+
+@pytest.mark.parametrize("status", [500, 404, 302])
+def test_a_status_other_than_2xx_scores_zero_with_cause_http_status(
+    serve: Serve, status: int
+) -> None:
+    server = serve(lambda path, body: Reply({"score": 1.0}, status=status))
+    batch = score(evaluator(server.url))
+    assert batch.rollouts[0].failures == {"eval": "http-status"}
+    assert f"HTTP {status}" in batch.rollouts[0].explanations["eval"]
+
+
+def test_a_malformed_url_fails_with_cause_error() -> None:
+    batch = score(evaluator("ftp://127.0.0.1/grade"))
+    assert batch.rollouts[0].failures == {"eval": "error"}

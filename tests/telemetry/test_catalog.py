@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from prometheus_client import CollectorRegistry, generate_latest
+
+from akka_training.telemetry import catalog as c
+
+P = c.PREFIX
+
+
+def test_every_name_is_under_the_prefix_and_unique() -> None:
+    names = [m.name for m in c.METRICS] + [s.name for s in c.SPANS] + [a.name for a in c.ATTRIBUTES]
+    assert all(n.startswith("akka.optimize.training.") for n in names)
+    assert len({m.name for m in c.METRICS}) == len(c.METRICS)
+    assert len({s.name for s in c.SPANS}) == len(c.SPANS)
+    assert len({a.name for a in c.ATTRIBUTES}) == len(c.ATTRIBUTES)
+
+
+def test_the_interface_names_are_kept() -> None:
+    for kind in ("rl", "sft"):
+        count = c.metric(f"{P}{kind}.step.count")
+        assert count.instrument is c.Instrument.COUNTER
+        assert count.publisher is c.Publisher.JOB
+    timing = c.metric(P + "rl.step.timing")
+    assert (timing.instrument, timing.unit) == (c.Instrument.HISTOGRAM, "s")
+    assert timing.attributes == (c.STEP_PHASE,)
+    assert {"generation", "reward", "update"} <= set(c.attribute(c.STEP_PHASE).values)
+    for which in ("declared", "observed", "claimed"):
+        spec = c.metric(f"{P}pool.devices.{which}")
+        assert spec.publisher is c.Publisher.SERVICE
+        assert P + "pool.accelerator" in spec.attributes
+    assert P + "claim.state" in c.metric(P + "pool.claims").attributes
+    assert c.attribute(P + "claim.state").type == "string"
+    assert c.attribute(P + "pool.accelerator").type == "string"
+
+
+def test_every_attribute_a_metric_or_span_names_is_in_the_catalog() -> None:
+    for m in c.METRICS:
+        for a in m.attributes:
+            c.attribute(a)
+    for s in c.SPANS:
+        for a in s.attributes:
+            c.attribute(a)
+    for a in c.JOB_RESOURCE_ATTRIBUTES:
+        c.attribute(a)
+    with pytest.raises(KeyError):
+        c.metric(P + "no.such.metric")
+
+
+def test_service_metrics_carry_the_project_never_the_run() -> None:
+    for m in c.metrics_of(c.Publisher.SERVICE):
+        assert c.RUN_ID not in m.attributes and c.RUN_ATTEMPT not in m.attributes
+    project_scoped = [m for m in c.metrics_of(c.Publisher.SERVICE) if c.PROJECT in m.attributes]
+    assert {m.name for m in project_scoped} >= {
+        P + "project.devices.claimed",
+        P + "project.devices.quota",
+        P + "runs",
+        P + "run.failures",
+    }
+
+
+def test_job_metrics_leave_run_attempt_and_project_to_the_resource() -> None:
+    resource_only = set(c.JOB_RESOURCE_ATTRIBUTES) - {c.POD, c.NODE}
+    for m in c.metrics_of(c.Publisher.JOB):
+        assert not resource_only & set(m.attributes), m.name
+
+
+def test_histograms_and_only_histograms_have_increasing_boundaries() -> None:
+    for m in c.METRICS:
+        if m.instrument is c.Instrument.HISTOGRAM:
+            assert len(m.boundaries) >= 5, m.name
+            assert list(m.boundaries) == sorted(set(m.boundaries)), m.name
+            # prometheus_client leaves out _sum and _count below a negative bound.
+            assert m.boundaries[0] >= 0, m.name
+        else:
+            assert m.boundaries == (), m.name
+
+
+_UCUM = re.compile(r"^(s|By|W|Cel|MHz|%|1|\{[a-z_]+\}|\{[a-z_]+\}/s)$")
+
+
+def test_units_are_ucum() -> None:
+    for m in c.METRICS:
+        assert _UCUM.match(m.unit), (m.name, m.unit)
+
+
+def test_a_gauge_with_unit_1_is_a_ratio_named_so() -> None:
+    # The collector's translator (and Prometheus's OTLP receiver) append _ratio to a gauge with
+    # unit 1; Python's exporter does not. Only names already ending in "ratio" agree.
+    for m in c.METRICS:
+        if m.unit == "1" and m.instrument is c.Instrument.GAUGE:
+            assert m.name.endswith(".ratio"), m.name
+
+
+def test_prometheus_names_of_known_metrics() -> None:
+    assert c.prometheus_name(c.metric(P + "rl.step.count")) == (
+        "akka_optimize_training_rl_step_count_total"
+    )
+    assert c.prometheus_name(c.metric(P + "sft.step.count")) == (
+        "akka_optimize_training_sft_step_count_total"
+    )
+    assert c.prometheus_series(c.metric(P + "rl.step.timing")) == (
+        "akka_optimize_training_rl_step_timing_seconds_bucket",
+        "akka_optimize_training_rl_step_timing_seconds_sum",
+        "akka_optimize_training_rl_step_timing_seconds_count",
+    )
+    assert c.prometheus_name(c.metric(P + "pool.devices.declared")) == (
+        "akka_optimize_training_pool_devices_declared"
+    )
+    assert (
+        c.prometheus_name(c.metric(P + "memory.peak")) == "akka_optimize_training_memory_peak_bytes"
+    )
+    assert c.prometheus_name(c.metric(P + "step.throughput")) == (
+        "akka_optimize_training_step_throughput_per_second"
+    )
+    assert c.prometheus_label(c.RUN_ID) == "akka_optimize_training_run_id"
+
+
+def test_prometheus_name_agrees_with_the_real_exporter_for_every_metric() -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    reader = PrometheusMetricReader(registry=registry)
+    provider = MeterProvider(metric_readers=[reader])
+    try:
+        meter = provider.get_meter("test")
+        for m in c.METRICS:
+            if m.instrument is c.Instrument.COUNTER:
+                meter.create_counter(m.name, unit=m.unit).add(1)
+            elif m.instrument is c.Instrument.UP_DOWN:
+                meter.create_up_down_counter(m.name, unit=m.unit).add(1)
+            elif m.instrument is c.Instrument.GAUGE:
+                meter.create_gauge(m.name, unit=m.unit).set(1)
+            else:
+                meter.create_histogram(
+                    m.name, unit=m.unit, explicit_bucket_boundaries_advisory=list(m.boundaries)
+                ).record(1)
+        # An observable counter (as GPU ECC errors are made) names the same as a counter.
+        meter.create_observable_counter(
+            P + "observed.errors", unit="{error}", callbacks=[lambda _o: [Observation(1)]]
+        )
+        text = generate_latest(registry).decode()
+    finally:
+        provider.shutdown()
+    samples = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
+    for m in c.METRICS:
+        for series in c.prometheus_series(m):
+            assert series in samples, (m.name, series)
+    assert "akka_optimize_training_observed_errors_total" in samples
