@@ -76,7 +76,7 @@ def report_server() -> Iterator[ReportServer]:
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     server_state.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:

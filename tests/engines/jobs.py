@@ -12,6 +12,7 @@ from akka_training.blobstore import BlobStore
 from akka_training.core.plans import Execution, RunConfig
 from akka_training.core.resolved import (
     BaseModelPin,
+    BundlePin,
     DatasetPin,
     JobSpec,
     ResumePoint,
@@ -21,6 +22,7 @@ from akka_training.core.resolved import (
 )
 from akka_training.engines.job import run_job
 from akka_training.engines.reporter import HttpReporter
+from akka_training.rewards.bundles import pack_bundle
 
 TOKEN = "job-token-for-tests"
 
@@ -45,6 +47,15 @@ def put_dataset(store: BlobStore, name: str, rows: list[dict[str, Any]]) -> Data
     )
 
 
+def put_bundle(store: BlobStore, directory: Path, name: str) -> tuple[str, BundlePin]:
+    """Pack and store a scoring bundle; its pinned reference and pin."""
+    packed = pack_bundle(directory, 1 << 20)
+    key = f"bundles/sha256/{packed.sha256[:2]}/{packed.sha256}"
+    store.put_bytes(key, packed.data)
+    ref = f"{name}@sha256:{packed.sha256}"
+    return ref, BundlePin(name=name, version=1, sha256=packed.sha256, blob=key)
+
+
 def make_spec(
     *,
     model: dict[str, Any],
@@ -60,6 +71,7 @@ def make_spec(
     resume: ResumePoint | None = None,
     execution: dict[str, Any] | None = None,
     stall_seconds: float = 600.0,
+    bundles: dict[str, BundlePin] | None = None,
 ) -> JobSpec:
     run_config = RunConfig.model_validate({"dataset": dataset.ref, **config})
     settings = Settings(
@@ -76,6 +88,7 @@ def make_spec(
         dataset=dataset,
         eval_dataset=eval_dataset,
         source=source,
+        bundles=bundles or {},
         config=run_config,
         execution=Execution.model_validate(execution or {}),
     )

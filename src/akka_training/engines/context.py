@@ -13,8 +13,10 @@ from typing import Any
 
 from akka_training.blobstore import BlobStore
 from akka_training.core.resolved import JobSpec
+from akka_training.engines.bundles import BundleResolver
 from akka_training.engines.reporter import HttpReporter
 from akka_training.engines.watchdog import StallWatchdog
+from akka_training.telemetry.job_metrics import JobTelemetry
 
 
 @dataclass
@@ -25,6 +27,9 @@ class JobContext:
     # The attempt's job directory is the working directory; artifacts go under it.
     workdir: Path
     watchdog: StallWatchdog | None = None
+    telemetry: JobTelemetry | None = None
+    # Unpacks the scoring bundles the config's rule terms and tools name.
+    bundles: BundleResolver | None = None
 
     @property
     def artifacts(self) -> Path:

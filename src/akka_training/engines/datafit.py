@@ -77,12 +77,16 @@ def rl_data_fit(
     return fit, keep
 
 
-def prompt_length(prompt: list[dict[str, Any]] | str, processing: ProcessingClass) -> int:
+def prompt_length(
+    prompt: list[dict[str, Any]] | str,
+    processing: ProcessingClass,
+    tools: list[Any] | None = None,
+) -> int:
     """Tokens of a reinforcement prompt as GRPO renders it (chat template with the generation
-    prompt, or plain text)."""
+    prompt and the run's tools, or plain text)."""
     if isinstance(prompt, str):
         return len(_plain_ids(processing, prompt))
-    return len(_chat(processing, prompt, add_generation_prompt=True)["input_ids"])
+    return len(_chat(processing, prompt, add_generation_prompt=True, tools=tools)["input_ids"])
 
 
 class PaddingMeter:

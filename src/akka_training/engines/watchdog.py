@@ -41,13 +41,17 @@ class StallWatchdog:
         key_for: Callable[[str], str],
         sink: StallSink,
         *,
+        on_stall: Callable[[bool], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`on_stall(True)` is called when a stall is dumped, `on_stall(False)` when steps
+        complete again (the telemetry's stalled gauge)."""
         self.stall_seconds = stall_seconds
         self._artifacts = artifacts
         self._store = store
         self._key_for = key_for
         self._sink = sink
+        self._on_stall = on_stall
         self._clock = clock
         self._last_progress = clock()
         self._dumped = False
@@ -64,6 +68,8 @@ class StallWatchdog:
     def progress(self) -> None:
         """An optimizer step completed."""
         self._last_progress = self._clock()
+        if self._dumped and self._on_stall is not None:
+            self._on_stall(False)
         self._dumped = False
 
     def stop(self) -> None:
@@ -93,6 +99,8 @@ class StallWatchdog:
         else:
             self._sink.stall_dump = key
         self.dumps.append(path)
+        if self._on_stall is not None:
+            self._on_stall(True)
         log.warning("no optimizer step for %.0f s; stacks written to %s", stalled, path)
         return path
 

@@ -120,6 +120,7 @@ def run(job: JobContext) -> Outcome:
         job,
         SftFigures(padding, lambda: trainer.current_gradient_accumulation_steps),
         StepMemory(device),
+        kind="sft",
         total_steps=total_steps,
         flop_parameters=flop_parameters(trainer.model),
         peak_flops=peak_flops(device, precision(settings, device)),
@@ -128,6 +129,12 @@ def run(job: JobContext) -> Outcome:
     modules = adapted_modules(trainer.model)
     if image_text:
         check_language_only(modules)
+    if job.telemetry is not None:
+        job.telemetry.data_fit(
+            rows_truncated=fit.rows_truncated,
+            answers_truncated=fit.answers_truncated,
+            rows_dropped=fit.rows_dropped,
+        )
     job.reporter.training(
         TrainingReport(total_steps=total_steps, data_fit=fit.to_report(), adapter_modules=modules)
     )
@@ -141,7 +148,7 @@ def run(job: JobContext) -> Outcome:
     # Save
     adapter_dir = job.artifacts / "adapter"
     trainer.save_model(str(adapter_dir))
-    summary: dict[str, Any] = {"dataFit": fit.to_report()}
+    summary: dict[str, Any] = {}
     if "loss" in reporting.last:
         summary["loss"] = reporting.last["loss"]
     return Outcome(step=step, adapter_dir=adapter_dir, adapter_modules=modules, summary=summary)

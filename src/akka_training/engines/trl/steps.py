@@ -27,14 +27,16 @@ from akka_training.engines.context import JobContext, snapshot_name
 from akka_training.engines.flops import mfu
 from akka_training.engines.memory import StepMemory
 from akka_training.engines.snapshots import upload_snapshot
+from akka_training.telemetry.figures import Kind
 
 log = logging.getLogger(__name__)
 
 
 class EngineFigures(Protocol):
     """The engine's own figures of one step, from the Trainer's logs of that step. The result
-    must hold ``tokens`` (tokens processed) and may hold ``timing/update`` (when the update is
-    only part of the step, for MFU)."""
+    must hold ``tokens`` (tokens processed). When it holds ``timing/generation`` or
+    ``timing/reward``, the rest of the step is reported as ``timing/update``, and MFU is
+    measured over it."""
 
     def step_figures(
         self, step: int, logs: dict[str, float], state: TrainerState
@@ -48,6 +50,7 @@ class StepReporting(TrainerCallback):
         engine: EngineFigures,
         memory: StepMemory,
         *,
+        kind: Kind,
         total_steps: int,
         flop_parameters: int,
         peak_flops: float | None,
@@ -56,6 +59,7 @@ class StepReporting(TrainerCallback):
         self.job = job
         self.engine = engine
         self.memory = memory
+        self.kind = kind
         self.total_steps = total_steps
         self.flop_parameters = flop_parameters
         self.peak_flops = peak_flops
@@ -181,6 +185,14 @@ class StepReporting(TrainerCallback):
         }
         tokens = figures.get("tokens", 0.0)
         step_seconds = figures["timing/step"]
+        if "timing/generation" in figures or "timing/reward" in figures:
+            # A reinforcement step: the update is what generation and scoring leave.
+            figures["timing/update"] = max(
+                0.0,
+                step_seconds
+                - figures.get("timing/generation", 0.0)
+                - figures.get("timing/reward", 0.0),
+            )
         if step_seconds > 0 and tokens:
             figures["tokens_per_second"] = tokens / step_seconds
         update_seconds = figures.get("timing/update", step_seconds)
@@ -192,6 +204,8 @@ class StepReporting(TrainerCallback):
         self.job.reporter.report_step(
             StepReport(step=state.global_step, total_steps=self.total_steps, metrics=figures)
         )
+        if self.job.telemetry is not None:
+            self.job.telemetry.step(self.kind, state.global_step, figures)
         if self._snapshot is not None:
             # Uploaded in on_save; reported after the step it belongs to.
             self.job.reporter.snapshot(self._snapshot)
