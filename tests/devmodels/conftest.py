@@ -1,4 +1,4 @@
-"""The development models, built once into the repository's cache directory and shared."""
+"""The development models' catalog entries, from the models the root fixture built."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import pytest
 
 from akka_training.devmodels.build import build_dev_models
 
-CACHE = Path(__file__).resolve().parents[2] / ".cache" / "devmodels"
-
 
 @pytest.fixture(scope="session")
-def dev_models() -> dict[str, dict[str, Any]]:
-    return {entry["id"]: entry for entry in build_dev_models(CACHE)}
+def catalog(dev_models: Path) -> dict[str, dict[str, Any]]:
+    """Catalog entries by model id (the models are built already: this only reads them)."""
+    return {entry["id"]: entry for entry in build_dev_models(dev_models)}

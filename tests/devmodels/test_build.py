@@ -55,8 +55,8 @@ def test_a_built_model_is_kept_and_an_outdated_one_rebuilt(tmp_path: Path) -> No
     assert entries[0]["revision"] == directory_revision(tmp_path / "tiny-chat")
 
 
-def test_the_command_prints_catalog_entries(dev_models: dict[str, dict[str, Any]]) -> None:
-    dest = Path(dev_models["tiny-chat"]["path"]).parent
+def test_the_command_prints_catalog_entries(catalog: dict[str, dict[str, Any]]) -> None:
+    dest = Path(catalog["tiny-chat"]["path"]).parent
     out = subprocess.run(
         [sys.executable, "-m", "akka_training.devmodels", "build", str(dest)],
         capture_output=True,
@@ -74,7 +74,7 @@ def test_the_command_prints_catalog_entries(dev_models: dict[str, dict[str, Any]
         "tiny-vision",
         "image-text",
     )
-    assert chat.revision == dev_models["tiny-chat"]["revision"]
+    assert chat.revision == catalog["tiny-chat"]["revision"]
     assert chat.methods("trl", image_text_rl=False) == ["sft", "grpo", "gspo"]
     assert chat.qualified_gpus("grpo", "verl", image_text_rl=False) == [1, 2, 4, 8]
     assert chat.envelope("sft", "trl", 1, image_text_rl=False).precision == "FP32"

@@ -24,8 +24,8 @@ CHAT = [
 ]
 
 
-def test_tiny_chat_generates_and_digits_split(dev_models: dict[str, dict[str, Any]]) -> None:
-    path = dev_models["tiny-chat"]["path"]
+def test_tiny_chat_generates_and_digits_split(catalog: dict[str, dict[str, Any]]) -> None:
+    path = catalog["tiny-chat"]["path"]
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
 
@@ -40,8 +40,8 @@ def test_tiny_chat_generates_and_digits_split(dev_models: dict[str, dict[str, An
     assert tokenizer.decode(answer) == "12 + 35 = 47. #### 47<|im_end|>"
 
 
-def test_tiny_vision_generates_from_an_image(dev_models: dict[str, dict[str, Any]]) -> None:
-    path = dev_models["tiny-vision"]["path"]
+def test_tiny_vision_generates_from_an_image(catalog: dict[str, dict[str, Any]]) -> None:
+    path = catalog["tiny-vision"]["path"]
     processor = AutoProcessor.from_pretrained(path)
     model = AutoModelForImageTextToText.from_pretrained(path)
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Hi?"}]}]
@@ -54,9 +54,9 @@ def test_tiny_vision_generates_from_an_image(dev_models: dict[str, dict[str, Any
 
 
 def test_one_sft_step_and_one_grpo_step_on_tiny_chat(
-    dev_models: dict[str, dict[str, Any]], tmp_path: Path
+    catalog: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
-    path = dev_models["tiny-chat"]["path"]
+    path = catalog["tiny-chat"]["path"]
     sft = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(path),
         args=_sft_args(tmp_path),
@@ -78,9 +78,9 @@ def test_one_sft_step_and_one_grpo_step_on_tiny_chat(
 
 
 def test_one_sft_step_with_an_image_and_one_grpo_step_on_tiny_vision(
-    dev_models: dict[str, dict[str, Any]], tmp_path: Path
+    catalog: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
-    path = dev_models["tiny-vision"]["path"]
+    path = catalog["tiny-vision"]["path"]
     row = {
         "images": [_image()],
         "messages": [

@@ -51,7 +51,7 @@ from akka_training.devmodels.tokenizer import (
 )
 
 # Bump when anything a build writes changes: a directory built by another version is rebuilt.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 SEED = 1234
 # Pixels per side of the images the vision model takes (a processor resizes any image to it).
 IMAGE_SIZE = 32
@@ -149,6 +149,18 @@ def _read_marker(directory: Path) -> dict[str, Any] | None:
         return None
 
 
+# A randomly initialised output projection gives a nearly uniform next-token distribution, and a
+# LoRA adapter cannot change it (the output projection is not adapted). Scaling it up lets a
+# fine-tuned adapter make the distribution sharp enough that sampled rollouts (GRPO) follow what
+# supervised training taught, as they do with a real model.
+OUTPUT_SCALE = 10.0
+
+
+def _sharpen_output(model: PreTrainedModel) -> None:
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(OUTPUT_SCALE)
+
+
 # --- the builders: each writes a model into a directory and returns its modality ---------------
 
 
@@ -169,6 +181,7 @@ def _build_tiny_chat(out: Path) -> str:
         pad_token_id=tokenizer.pad_token_id,
     )
     model = _seeded(lambda: Qwen3ForCausalLM(config))
+    _sharpen_output(model)
     _save(model, out, tokenizer)
     tokenizer.save_pretrained(out)
     return "text"

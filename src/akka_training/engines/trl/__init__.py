@@ -1,0 +1,4 @@
+"""The TRL engine: SFT through TRL's SFTTrainer (`sft`), GRPO and GSPO through its GRPOTrainer
+(`grpo`). Each module's ``run(job)`` is one visible flow: set up the model, the data and the
+adapter, report `training`, train (reporting every step through `steps.StepReporting`), save.
+"""

@@ -1,0 +1,270 @@
+"""GRPO and GSPO through TRL's GRPOTrainer with a LoRA adapter.
+
+One flow, as for SFT: set up the model, the prompts (with their data fit), the reward, the tools,
+the adapter and the resume point; report `training`; train, each step reported by
+`StepReporting`; save the final adapter.
+
+How the plan maps onto TRL: a step takes ``promptsPerStep`` prompts and samples
+``generationsPerPrompt`` completions of each (``num_generations``). TRL counts completions, not
+prompts, in ``per_device_train_batch_size``: the step is one generation batch of P x G
+completions, updated as P micro-batches of one prompt group each (``gradient_accumulation_steps``
+= ``steps_per_generation`` = P), which bounds the update's memory by one group. ``klBeta`` is
+``beta`` (0 loads no reference model; with LoRA and beta > 0 TRL uses the base model with the
+adapter disabled), the clip range is ``epsilon``/``epsilon_high``, and GSPO is
+``importance_sampling_level="sequence"`` with ``loss_type="grpo"``.
+
+TRL 1.16 does not truncate prompts: a prompt longer than ``maxSeqLength - maxCompletionTokens``
+is dropped here and counted in the data fit.
+
+Timings: TRL's own ``profiling/*`` timings do not reach callbacks, so generation is timed by
+wrapping the trainer's generation and the reward by `StepRewards`; ``timing/update`` is the rest
+of the step (log-probabilities, forward, backward, optimizer).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from datasets import Dataset
+from transformers import TrainerCallback, TrainerState
+from trl import GRPOConfig, GRPOTrainer
+
+from akka_training.core.defaults import CLIP_BY_METHOD
+from akka_training.core.plans import Reward, RlHyperparams
+from akka_training.core.reports import TrainingReport
+from akka_training.engines.adapters import adapted_modules, check_language_only
+from akka_training.engines.context import JobContext, Outcome
+from akka_training.engines.data import RlRow, read_rows, rl_rows
+from akka_training.engines.datafit import prompt_length, rl_data_fit
+from akka_training.engines.failures import DataError, RewardError
+from akka_training.engines.flops import flop_parameters, peak_flops
+from akka_training.engines.memory import StepMemory
+from akka_training.engines.trl.common import (
+    common_args,
+    is_image_text,
+    load_base_model,
+    max_seq_length,
+    precision,
+    resume_checkpoint,
+    setup_adapter,
+    start_step,
+    steps_for,
+    training_device,
+)
+from akka_training.engines.trl.rewards import StepRewards
+from akka_training.engines.trl.steps import StepReporting
+from akka_training.engines.trl.tools import ToolCounters, load_tools
+from akka_training.rewards.inputs import RewardSetupError
+from akka_training.rewards.scorer import RewardScorer
+
+# TRL's step logs reported as they are, and the ones renamed.
+LOGGED = ("loss", "learning_rate", "grad_norm", "kl", "entropy")
+RENAMED = {"clip_ratio/low_mean": "clip_ratio/low", "clip_ratio/high_mean": "clip_ratio/high"}
+
+
+class GrpoFigures(TrainerCallback):
+    """GRPO's own figures of a step: TRL's loss, learning rate, gradient norm, KL, entropy and
+    clip ratios; the tokens of the step (prompts and completions, from the trainer's count);
+    the generation and reward timings; and the reward figures of the step's rollouts.
+    (`StepReporting` adds ``timing/update``, the rest of the step.)"""
+
+    def __init__(self, rewards: StepRewards, generation_seconds: dict[int, float]) -> None:
+        self.rewards = rewards
+        self.generation_seconds = generation_seconds
+        self._tokens_seen = 0
+
+    def on_train_begin(self, args: Any, state: TrainerState, control: Any, **kwargs: Any) -> None:
+        # A resumed run's count starts where its snapshot's did.
+        self._tokens_seen = state.num_input_tokens_seen
+
+    def step_figures(
+        self, step: int, logs: dict[str, float], state: TrainerState
+    ) -> dict[str, float]:
+        out = {key: float(logs[key]) for key in LOGGED if logs.get(key) is not None}
+        for trl_name, name in RENAMED.items():
+            if logs.get(trl_name) is not None:
+                out[name] = float(logs[trl_name])
+        seen = state.num_input_tokens_seen
+        out["tokens"] = float(seen - self._tokens_seen)
+        self._tokens_seen = seen
+        out["timing/generation"] = self.generation_seconds.pop(step, 0.0)
+        out["timing/reward"] = self.rewards.seconds.pop(step, 0.0)
+        out |= self.rewards.figures.pop(step, {})
+        return out
+
+
+def run(job: JobContext) -> Outcome:
+    settings = job.spec.settings
+    method = settings.method
+    rl = settings.config.rl_hyperparams or RlHyperparams()
+    clip = rl.clip or CLIP_BY_METHOD[method]
+    device = training_device()
+    image_text = is_image_text(settings)
+
+    # Model, tools and prompts
+    model, processing = load_base_model(settings, device)
+    counters = ToolCounters()
+    tools = load_tools(settings.config.tools, job.bundles, counters)
+    source_rows = read_rows(job.store, settings.dataset.blob)
+    rows = rl_rows(source_rows)
+    lengths = [_prompt_length(row, processing, tools) for row in rows]
+    fit, keep = rl_data_fit(lengths, max_seq_length(settings), rl.max_completion_tokens)
+    rows = [row for row, kept in zip(rows, keep, strict=True) if kept]
+    steps_per_epoch = len(rows) // rl.prompts_per_step
+    if steps_per_epoch < 1:
+        raise DataError(
+            f"{len(rows)} prompt(s) fit maxSeqLength {fit.max_seq_length} with "
+            f"maxCompletionTokens {rl.max_completion_tokens}; a step needs promptsPerStep "
+            f"{rl.prompts_per_step}"
+        )
+
+    # Reward
+    scorer = _scorer(settings.config.reward or Reward(), job)
+
+    # Adapter and resume point
+    model, peft_config = setup_adapter(job, model, rl.lora)
+    resume_from = resume_checkpoint(job)
+
+    # Trainer
+    total_steps = start_step(job) + steps_for(
+        rl.training.epochs, rl.training.max_steps, steps_per_epoch
+    )
+    args = GRPOConfig(
+        **common_args(job, device),
+        max_steps=total_steps,
+        per_device_train_batch_size=rl.generations_per_prompt,
+        gradient_accumulation_steps=rl.prompts_per_step,
+        steps_per_generation=rl.prompts_per_step,
+        num_generations=rl.generations_per_prompt,
+        max_completion_length=rl.max_completion_tokens,
+        temperature=rl.temperature,
+        beta=rl.kl_beta,
+        epsilon=clip.low,
+        epsilon_high=clip.high,
+        learning_rate=rl.optimizer.learning_rate,
+        weight_decay=rl.optimizer.weight_decay,
+        warmup_steps=_warmup(rl.optimizer.warmup_ratio, total_steps),
+        **_method_args(method),
+    )
+    rewards = StepRewards(
+        job,
+        scorer,
+        rows,
+        source_rows,
+        generations_per_prompt=rl.generations_per_prompt,
+        max_completion_tokens=rl.max_completion_tokens,
+        stop_ids=_stop_ids(processing, model),
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=rewards,
+        args=args,
+        train_dataset=Dataset.from_list([_example(row) for row in rows]),
+        processing_class=processing,
+        peft_config=peft_config,
+        tools=tools or None,
+    )
+    memory = StepMemory(device)
+    generation_seconds: dict[int, float] = {}
+    trainer._generate = _timed_generation(trainer, memory, generation_seconds)
+    figures = GrpoFigures(rewards, generation_seconds)
+    reporting = StepReporting(
+        job,
+        figures,
+        memory,
+        kind="rl",
+        total_steps=total_steps,
+        flop_parameters=flop_parameters(trainer.model),
+        peak_flops=peak_flops(device, precision(settings, device)),
+    )
+    trainer.add_callback(figures)
+    trainer.add_callback(reporting)
+    modules = adapted_modules(trainer.model)
+    if image_text:
+        check_language_only(modules)
+    if job.telemetry is not None:
+        job.telemetry.data_fit(rows_truncated=0, answers_truncated=0, rows_dropped=fit.rows_dropped)
+    report = fit.to_report() | {"rowsTruncated": 0, "promptsTruncated": fit.rows_dropped}
+    job.reporter.training(
+        TrainingReport(total_steps=total_steps, data_fit=report, adapter_modules=modules)
+    )
+
+    # Train
+    try:
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    finally:
+        scorer.close()
+    step = trainer.state.global_step
+    if reporting.stopped:
+        return Outcome(step=step, stopped=True, adapter_modules=modules)
+
+    # Save
+    adapter_dir = job.artifacts / "adapter"
+    trainer.save_model(str(adapter_dir))
+    summary: dict[str, Any] = {}
+    if "reward/mean" in reporting.last:
+        summary["reward"] = reporting.last["reward/mean"]
+    if counters.calls:
+        summary["toolCalls"] = dict(counters.calls)
+        summary["toolFailures"] = dict(counters.failures)
+        summary["toolTimeouts"] = dict(counters.timeouts)
+    return Outcome(step=step, adapter_dir=adapter_dir, adapter_modules=modules, summary=summary)
+
+
+def _timed_generation(
+    trainer: GRPOTrainer, memory: StepMemory, seconds: dict[int, float]
+) -> Callable[..., Any]:
+    """The trainer's generation, timed (per step) and bracketed for the memory figures."""
+    generate = trainer._generate
+
+    @functools.wraps(generate)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        step = trainer.state.global_step + 1
+        memory.generation_begin()
+        started = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            seconds[step] = seconds.get(step, 0.0) + time.perf_counter() - started
+            memory.generation_end()
+
+    return timed
+
+
+def _scorer(reward: Reward, job: JobContext) -> RewardScorer:
+    if not reward.terms:
+        raise RewardError("config.reward.terms is empty: a reinforcement run needs a reward")
+    try:
+        return RewardScorer.from_reward(reward, bundle_resolver=job.bundles)
+    except (RewardSetupError, RewardError) as exc:
+        raise RewardError(str(exc)) from exc
+
+
+def _method_args(method: str) -> dict[str, Any]:
+    if method == "gspo":
+        return {"importance_sampling_level": "sequence", "loss_type": "grpo"}
+    return {"importance_sampling_level": "token"}
+
+
+def _example(row: RlRow) -> dict[str, Any]:
+    return {"prompt": row.prompt, "expected": row.expected, "row_index": row.index}
+
+
+def _prompt_length(row: RlRow, processing: Any, tools: list[Callable[..., Any]]) -> int:
+    return prompt_length(row.prompt, processing, tools=tools or None)
+
+
+def _stop_ids(processing: Any, model: Any) -> set[int]:
+    """Token ids that end a completion by itself (as TRL decides a completion was not cut)."""
+    tokenizer = getattr(processing, "tokenizer", processing)
+    ids = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    ids |= set(eos) if isinstance(eos, list) else {eos}
+    return {i for i in ids if i is not None}
+
+
+def _warmup(ratio: float, total_steps: int) -> float:
+    return ratio if ratio < 1 else float(total_steps)

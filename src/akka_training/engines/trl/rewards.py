@@ -1,0 +1,149 @@
+"""The one TRL reward function of a reinforcement run.
+
+TRL calls a reward function with the whole generation batch of a step (every prompt's
+``generationsPerPrompt`` completions, prompt by prompt). `StepRewards` scores the batch with the
+project's reward terms (`akka_training.rewards`), never with anything of TRL's, keeps every
+rollout of the step in a Parquet step file (``runs/{run}/rollouts/step-{N}.parquet``), reports
+it, computes the step's reward figures and publishes the scorer's accounting to telemetry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from akka_training.core.reports import RolloutsReport
+from akka_training.engines.context import JobContext
+from akka_training.engines.data import RlRow
+from akka_training.engines.failures import RewardError
+from akka_training.rewards.figures import histogram_values, step_figures
+from akka_training.rewards.inputs import RolloutInput, content_text
+from akka_training.rewards.rollouts import rollouts_from_scores, step_summary, write_step_file
+from akka_training.rewards.scorer import RewardScorer
+
+# What a failed tool call looks like in a tool message: TRL turns the exception into this dict.
+TOOL_ERROR_PREFIX = "{'error'"
+
+
+class StepRewards:
+    """A TRL reward function (it has a ``__name__``, as TRL requires) over whole batches."""
+
+    __name__ = "akka_reward"
+
+    def __init__(
+        self,
+        job: JobContext,
+        scorer: RewardScorer,
+        rows: Sequence[RlRow],
+        source_rows: Sequence[dict[str, Any]],
+        *,
+        generations_per_prompt: int,
+        max_completion_tokens: int,
+        stop_ids: set[int],
+    ) -> None:
+        self.job = job
+        self.scorer = scorer
+        self.rows = {row.index: row for row in rows}
+        self.source_rows = source_rows
+        self.generations = generations_per_prompt
+        self.max_completion_tokens = max_completion_tokens
+        self.stop_ids = stop_ids
+        # Per step: the reward figures and the seconds scoring took.
+        self.figures: dict[int, dict[str, float]] = {}
+        self.seconds: dict[int, float] = {}
+
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        completion_ids: list[list[int]],
+        trainer_state: Any = None,
+        row_index: list[int] | None = None,
+        **_columns: Any,
+    ) -> list[float]:
+        started = time.perf_counter()
+        step = (trainer_state.global_step if trainer_state is not None else 0) + 1
+        try:
+            batch = [
+                self._rollout(i, prompt, completion, ids, (row_index or [])[i])
+                for i, (prompt, completion, ids) in enumerate(
+                    zip(prompts, completions, completion_ids, strict=True)
+                )
+            ]
+            scored = self.scorer.score(batch)
+            rollouts = rollouts_from_scores(step, batch, scored, self.scorer.weights)
+            self._keep(step, rollouts)
+        except Exception as exc:
+            raise RewardError(f"the reward of step {step} could not be computed: {exc}") from exc
+        self.figures[step] = step_figures(rollouts, self.generations, self.max_completion_tokens)
+        telemetry = self.job.telemetry
+        if telemetry is not None:
+            stats = scored.stats
+            telemetry.reward_stats(
+                timings=stats.seconds,
+                failures=stats.failures,
+                judge_prompt_tokens=stats.judge_prompt_tokens,
+                judge_completion_tokens=stats.judge_completion_tokens,
+            )
+            telemetry.histograms(histogram_values(rollouts))
+        self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - started
+        return scored.scores
+
+    def _rollout(
+        self, position: int, prompt: Any, completion: Any, ids: list[int], index: int
+    ) -> RolloutInput:
+        row = self.rows[index]
+        calls, failures = tool_use(completion)
+        return RolloutInput(
+            prompt=prompt,
+            completion=completion_text(completion),
+            expected=row.expected,
+            completion_tokens=len(ids),
+            row=self.source_rows[index],
+            group=position // self.generations,
+            finish_reason="stop" if ids and ids[-1] in self.stop_ids else "length",
+            tool_calls=calls,
+            tool_failures=failures,
+        )
+
+    def _keep(self, step: int, rollouts: list[Any]) -> None:
+        """Write the step file, upload it, then report it."""
+        key = self.job.rollouts_key(step)
+        directory = self.job.artifacts / "rollouts"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"step-{step}.parquet"
+        write_step_file(rollouts, path)
+        self.job.store.put_file(key, path)
+        summary = step_summary(rollouts)
+        self.job.reporter.rollouts(
+            RolloutsReport(
+                step=step,
+                blob=key,
+                count=summary.count,
+                best_score=summary.best,
+                worst_score=summary.worst,
+            )
+        )
+
+
+def completion_text(completion: Any) -> str:
+    """What the reward terms score: the text of a plain completion, or of a chat completion's
+    last assistant message (after any tool calls)."""
+    if isinstance(completion, str):
+        return completion
+    answers = [m for m in completion if m.get("role") == "assistant"]
+    return content_text(answers[-1].get("content")) if answers else ""
+
+
+def tool_use(completion: Any) -> tuple[int, int]:
+    """Tool calls a chat completion made, and how many of them failed."""
+    if isinstance(completion, str):
+        return 0, 0
+    calls = sum(len(m.get("tool_calls") or []) for m in completion if m.get("role") == "assistant")
+    failures = sum(
+        1
+        for m in completion
+        if m.get("role") == "tool" and str(m.get("content", "")).startswith(TOOL_ERROR_PREFIX)
+    )
+    return calls, failures

@@ -1,0 +1,230 @@
+"""Per-step reporting for TRL runs: a `TrainerCallback` that, after every optimizer step,
+gathers the step's figures, reports them, saves a snapshot when one is due (every
+``execution.saveEvery`` steps, or when the service asks for a save-and-stop) and obeys the
+service's directive.
+
+The Trainer runs a step's hooks in this order: ``on_step_end``, then ``on_log``, then (when due)
+``on_evaluate`` and ``on_save``. The callback decides at ``on_step_end`` which of them will come
+and sends the step's report after the last one, so the report carries the step's loss, its
+evaluation and its save time. A directive that arrives before the save check (in ``on_log`` or
+``on_evaluate``) can still ask for a save at the same step.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from akka_training.core.reports import SnapshotReport, StepReport
+from akka_training.engines.context import JobContext, snapshot_name
+from akka_training.engines.flops import mfu
+from akka_training.engines.memory import StepMemory
+from akka_training.engines.snapshots import upload_snapshot
+from akka_training.telemetry.figures import Kind
+
+log = logging.getLogger(__name__)
+
+
+class EngineFigures(Protocol):
+    """The engine's own figures of one step, from the Trainer's logs of that step. The result
+    must hold ``tokens`` (tokens processed). When it holds ``timing/generation`` or
+    ``timing/reward``, the rest of the step is reported as ``timing/update``, and MFU is
+    measured over it."""
+
+    def step_figures(
+        self, step: int, logs: dict[str, float], state: TrainerState
+    ) -> dict[str, float]: ...
+
+
+class StepReporting(TrainerCallback):
+    def __init__(
+        self,
+        job: JobContext,
+        engine: EngineFigures,
+        memory: StepMemory,
+        *,
+        kind: Kind,
+        total_steps: int,
+        flop_parameters: int,
+        peak_flops: float | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.job = job
+        self.engine = engine
+        self.memory = memory
+        self.kind = kind
+        self.total_steps = total_steps
+        self.flop_parameters = flop_parameters
+        self.peak_flops = peak_flops
+        self.clock = clock
+        self.save_every = job.spec.settings.execution.save_every
+        self.stopped = False
+        self.last: dict[str, float] = {}
+        self._ready = clock()
+        self._pending: set[str] = set()
+        self._figures: dict[str, float] = {}
+        self._logs: dict[str, float] = {}
+        self._hook_done = clock()
+        self._stop_after_save = False
+        self._state: TrainerState | None = None
+        self._snapshot: SnapshotReport | None = None
+
+    # --- the Trainer's hooks ------------------------------------------------------------------
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._begin_step()
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        now = self.clock()
+        self._state = state
+        step_seconds = now - self._ready
+        model: torch.nn.Module = kwargs["model"]
+        self._figures = {"timing/step": step_seconds}
+        self._figures |= self.memory.figures(model, kwargs.get("optimizer"))
+        self._logs = {}
+        action = self.job.reporter.action
+        if action == "stop":
+            control.should_training_stop = True
+            self.stopped = True
+        elif action == "save-and-stop":
+            control.should_save = True
+            self._stop_after_save = True
+        elif state.global_step % self.save_every == 0:
+            control.should_save = True
+        self._pending = {"log"}
+        if control.should_evaluate:
+            self._pending.add("evaluate")
+        if control.should_save:
+            self._pending.add("save")
+        self._hook_done = now
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "log" not in self._pending or logs is None or "loss" not in logs:
+            return
+        self._logs |= logs
+        self._hook_done = self.clock()
+        self._done("log", control)
+
+    def on_evaluate(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        metrics: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "evaluate" not in self._pending:
+            return
+        metrics = metrics or {}
+        if "eval_loss" in metrics:
+            self._figures["eval_loss"] = float(metrics["eval_loss"])
+        if "eval_runtime" in metrics:
+            self._figures["timing/evaluation"] = float(metrics["eval_runtime"])
+        self._hook_done = self.clock()
+        self._done("evaluate", control)
+
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if "save" not in self._pending:
+            return
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        step = state.global_step
+        report = upload_snapshot(
+            self.job.store, self.job.snapshot_prefix(step), snapshot_name(step), step, checkpoint
+        )
+        self._snapshot = report
+        _remove_older(checkpoint)
+        self._figures["timing/save"] = self.clock() - self._hook_done
+        self._done("save", control)
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if self._pending:
+            self._flush(control)
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _done(self, hook: str, control: TrainerControl) -> None:
+        self._pending.discard(hook)
+        if self._pending:
+            return
+        if self.job.reporter.action == "save-and-stop" and not self._stop_after_save:
+            # The directive came with this step's report answers: save now, report after.
+            self._stop_after_save = True
+            control.should_save = True
+            self._pending.add("save")
+            return
+        self._flush(control)
+
+    def _flush(self, control: TrainerControl) -> None:
+        state = self._state
+        assert state is not None, "a step is flushed only after on_step_end"
+        figures = {
+            **self._figures,
+            **self.engine.step_figures(state.global_step, self._logs, state),
+        }
+        tokens = figures.get("tokens", 0.0)
+        step_seconds = figures["timing/step"]
+        if "timing/generation" in figures or "timing/reward" in figures:
+            # A reinforcement step: the update is what generation and scoring leave.
+            figures["timing/update"] = max(
+                0.0,
+                step_seconds
+                - figures.get("timing/generation", 0.0)
+                - figures.get("timing/reward", 0.0),
+            )
+        if step_seconds > 0 and tokens:
+            figures["tokens_per_second"] = tokens / step_seconds
+        update_seconds = figures.get("timing/update", step_seconds)
+        utilisation = mfu(self.flop_parameters, int(tokens), update_seconds, self.peak_flops)
+        if utilisation is not None:
+            figures["mfu"] = utilisation
+        figures = {k: float(v) for k, v in figures.items() if v is not None}
+        self.last = figures
+        self.job.reporter.report_step(
+            StepReport(step=state.global_step, total_steps=self.total_steps, metrics=figures)
+        )
+        if self.job.telemetry is not None:
+            self.job.telemetry.step(self.kind, state.global_step, figures)
+        if self._snapshot is not None:
+            # Uploaded in on_save; reported after the step it belongs to.
+            self.job.reporter.snapshot(self._snapshot)
+            self._snapshot = None
+        if self.job.watchdog is not None:
+            self.job.watchdog.progress()
+        self._pending = set()
+        if self._stop_after_save or self.job.reporter.action == "stop":
+            control.should_training_stop = True
+            self.stopped = True
+        self._begin_step()
+
+    def _begin_step(self) -> None:
+        self.memory.begin()
+        self._ready = self.clock()
+
+
+def _remove_older(checkpoint: Path) -> None:
+    """Keep only the newest local checkpoint: every snapshot is in the blob store."""
+    for sibling in checkpoint.parent.glob("checkpoint-*"):
+        if sibling != checkpoint and sibling.is_dir():
+            shutil.rmtree(sibling, ignore_errors=True)

@@ -1,0 +1,92 @@
+"""Fixtures for job tests: the development models, a recording report server on loopback, a
+temporary blob store, and a factory for job specs."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from akka_training.blobstore import LocalBlobStore
+from akka_training.devmodels.build import build_dev_models
+
+# Decides the action answering a report: (kind, body, reports so far) -> action.
+Script = Callable[[str, dict[str, Any], list["Report"]], str]
+
+
+@dataclass
+class Report:
+    kind: str
+    body: dict[str, Any]
+    token: str
+
+
+@dataclass
+class ReportServer:
+    """A real HTTP server that takes job reports, records them and answers each with the
+    action its script decides (``continue`` by default)."""
+
+    url: str = ""
+    reports: list[Report] = field(default_factory=list)
+    script: Script = lambda kind, body, reports: "continue"
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [r.body for r in self.reports if r.kind == kind]
+
+    def kinds(self) -> list[str]:
+        with self.lock:
+            return [r.kind for r in self.reports if r.kind != "heartbeat"]
+
+
+@pytest.fixture(scope="session")
+def catalog(dev_models: Path) -> dict[str, dict[str, Any]]:
+    """Catalog entries by model id (the models are built already: this only reads them)."""
+    return {entry["id"]: entry for entry in build_dev_models(dev_models)}
+
+
+@pytest.fixture
+def report_server() -> Iterator[ReportServer]:
+    server_state = ReportServer()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            kind = self.path.rstrip("/").split("/")[-1]
+            token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            with server_state.lock:
+                server_state.reports.append(Report(kind, body, token))
+                action = server_state.script(kind, body, list(server_state.reports))
+            payload = json.dumps({"action": action}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    server_state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield server_state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalBlobStore:
+    return LocalBlobStore(tmp_path / "blobs")

@@ -1,0 +1,142 @@
+"""Data fit counts: equal to an independent count made here, and to what TRL really does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoProcessor, AutoTokenizer
+from trl import SFTConfig, SFTTrainer
+
+from akka_training.engines.data import sft_examples
+from akka_training.engines.datafit import PaddingMeter, rl_data_fit, sft_data_fit
+from tests.engines.rows import image_rows, long_chat_rows, prompt_completion_rows
+
+LIMIT = 48
+
+
+def test_chat_rows_counted_as_an_independent_count_and_as_trl_drops_them(
+    catalog: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(catalog["tiny-chat"]["path"])
+    rows = long_chat_rows(60)
+    examples = sft_examples(rows, image_text=False)
+
+    fit = sft_data_fit(examples, tokenizer, LIMIT)
+
+    # Independently: render the prompt and the whole conversation as text, tokenise both; the
+    # answer runs from the end of the prompt to the end-of-turn token (the template's last
+    # newline is not part of it).
+    truncated = answers = dropped = 0
+    for row in rows:
+        messages = row["messages"]
+        prompt = tokenizer.apply_chat_template(
+            messages[:-1], tokenize=False, add_generation_prompt=True
+        )
+        whole = tokenizer.apply_chat_template(messages, tokenize=False)
+        start = len(tokenizer(prompt)["input_ids"])
+        length = len(tokenizer(whole)["input_ids"])
+        end = length - 1
+        truncated += length > LIMIT
+        if start >= LIMIT:
+            dropped += 1
+        elif end > LIMIT:
+            answers += 1
+    assert (fit.rows, fit.rows_truncated, fit.answers_truncated, fit.rows_dropped) == (
+        60,
+        truncated,
+        answers,
+        dropped,
+    )
+    assert 0 < fit.rows_dropped < fit.rows_truncated < fit.rows
+    assert fit.answers_truncated > 0
+
+    kept = _trl_prepared(tokenizer, examples, tmp_path, assistant_only=True)
+    assert len(kept) == fit.rows - fit.rows_dropped
+    assert sum(len(ids) == LIMIT for ids in kept["input_ids"]) == fit.rows_truncated - dropped
+
+
+def test_prompt_completion_rows_counted_as_trl_drops_them(
+    catalog: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(catalog["tiny-chat"]["path"])
+    examples = sft_examples(prompt_completion_rows(60), image_text=False)
+
+    fit = sft_data_fit(examples, tokenizer, 24)
+
+    assert fit.rows_dropped > 0
+    kept = _trl_prepared(tokenizer, examples, tmp_path, assistant_only=False, limit=24)
+    assert len(kept) == fit.rows - fit.rows_dropped
+
+
+def test_image_rows_count_image_tokens_and_drop_nothing(
+    catalog: dict[str, dict[str, Any]],
+) -> None:
+    processor = AutoProcessor.from_pretrained(catalog["tiny-vision"]["path"])
+    examples = sft_examples(image_rows(4), image_text=True)
+
+    roomy = sft_data_fit(examples, processor, 512)
+    tight = sft_data_fit(examples, processor, 30)
+
+    assert (roomy.rows_truncated, roomy.answers_truncated, roomy.rows_dropped) == (0, 0, 0)
+    # The prompt alone (template, image soft tokens, question) is about 30 tokens: every answer
+    # is cut, and TRL's vision collator drops no row.
+    assert (tight.rows_truncated, tight.answers_truncated, tight.rows_dropped) == (4, 4, 0)
+
+
+def test_rl_prompts_that_leave_no_room_for_a_completion_are_dropped() -> None:
+    fit, keep = rl_data_fit([10, 30, 31, 50], max_seq_length=64, max_completion_tokens=34)
+
+    assert keep == [True, True, False, False]
+    assert fit.to_report() == {
+        "rows": 4,
+        "rowsTruncated": 2,
+        "answersTruncated": 0,
+        "rowsDropped": 2,
+        "maxSeqLength": 64,
+    }
+
+
+def test_padding_meter_reports_each_steps_batches() -> None:
+    def collate(lengths: list[int]) -> dict[str, Any]:
+        width = max(lengths)
+        mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
+        return {"attention_mask": mask}
+
+    meter = PaddingMeter(collate)
+    meter([4, 2])  # step 1, batch 1: 6 of 8 slots
+    meter([3, 3])  # step 1, batch 2: 6 of 6
+    meter([1, 4])  # step 2 (prefetched): 5 of 8
+
+    assert meter.take(2) == (12, pytest.approx(1 - 12 / 14))
+    assert meter.take(2) == (5, pytest.approx(1 - 5 / 8))
+    assert meter.take(1) == (0, None)
+
+
+def _trl_prepared(
+    tokenizer: Any,
+    examples: list[dict[str, Any]],
+    tmp_path: Path,
+    *,
+    assistant_only: bool,
+    limit: int = LIMIT,
+) -> Dataset:
+    """The training set TRL really builds from the examples."""
+    path = tokenizer.name_or_path
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(path),
+        args=SFTConfig(
+            output_dir=str(tmp_path / "trl"),
+            max_length=limit,
+            assistant_only_loss=assistant_only,
+            bf16=False,
+            use_cpu=True,
+            report_to=[],
+        ),
+        train_dataset=Dataset.from_list(examples),
+        processing_class=tokenizer,
+    )
+    return trainer.train_dataset

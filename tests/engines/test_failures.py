@@ -1,0 +1,46 @@
+"""From exceptions to failure reasons."""
+
+from __future__ import annotations
+
+import torch
+
+from akka_training.core.failures import FailureReason
+from akka_training.engines.failures import DataError, classify_failure
+
+
+def test_device_and_host_memory_are_told_apart() -> None:
+    device = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    host = RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory"
+    )
+
+    assert classify_failure(device, None)[0] is FailureReason.DEVICE_OOM
+    assert classify_failure(host, None)[0] is FailureReason.HOST_OOM
+    assert classify_failure(MemoryError(), None)[0] is FailureReason.HOST_OOM
+
+
+def test_a_wrapped_out_of_memory_error_is_still_found() -> None:
+    try:
+        try:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        except torch.OutOfMemoryError as exc:
+            raise RuntimeError("step failed") from exc
+    except RuntimeError as outer:
+        reason, detail = classify_failure(outer, None)
+
+    assert reason is FailureReason.DEVICE_OOM
+    assert detail.startswith("device memory ran out: OutOfMemoryError: CUDA out of memory")
+
+
+def test_known_errors_keep_their_reason_and_others_carry_their_traceback() -> None:
+    assert classify_failure(DataError("row 3 is broken"), None) == (
+        FailureReason.DATA_ERROR,
+        "row 3 is broken",
+    )
+    try:
+        raise ValueError("something odd")
+    except ValueError as exc:
+        reason, detail = classify_failure(exc, None)
+    assert reason is FailureReason.TRAINING_ERROR
+    assert detail.splitlines()[-1] == "ValueError: something odd"
+    assert "Traceback" in detail
