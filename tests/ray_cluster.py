@@ -3,7 +3,8 @@
 `RayHead.start()` runs ``ray start --head --block`` in its own process group, on loopback only,
 with every port chosen free (6379 and Ray's other defaults may be taken on a shared machine),
 labels ``pool=default``, a dedicated temporary directory, usage stats off and ``RAY_AUTH_MODE``
-set explicitly (a leftover ``~/.ray/auth_token`` would otherwise switch the head to token mode).
+set explicitly (a leftover ``~/.ray/auth_token`` would otherwise switch the head to token mode),
+and the ``NODE_NAME``/``POD_NAME`` a KubeRay pod would get from the downward API.
 Its processes, and every process started under it (Ray workers, job supervisors, the jobs
 themselves), carry a marker in their environment; `stop()` kills exactly those, never another
 Ray on the machine (``ray stop`` would kill every Ray of this user).
@@ -62,6 +63,9 @@ class RayHead:
         self.dashboard_port = _free_port()
         self.dashboard_url = f"http://127.0.0.1:{self.dashboard_port}"
         self.jobs_dir = self.root / "jobs"
+        # What a KubeRay pod gets from the downward API (docs/deploy-ray.md); jobs report them.
+        self.node_name = "akka-test-node"
+        self.pod_name = f"{self.marker}-head"
         self.log_path = self.root / "ray-start.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_seconds = 0.0
@@ -170,6 +174,8 @@ class RayHead:
         env.update(
             {
                 MARKER: self.marker,
+                "NODE_NAME": self.node_name,
+                "POD_NAME": self.pod_name,
                 # Explicit: with the mode unset, a token file in ~/.ray turns token auth on.
                 "RAY_AUTH_MODE": "token" if self.auth_token else "disabled",
                 "RAY_USAGE_STATS_ENABLED": "0",

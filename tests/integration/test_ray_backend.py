@@ -5,10 +5,13 @@ trains nothing), so they are about the backend and the controller, not about TRL
 
 from __future__ import annotations
 
+import json
 import secrets
+import socket
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -181,6 +184,42 @@ def test_a_run_waiting_for_devices_fails_when_the_head_stops(
     failed = wait_phase(trainer, waiting, "FAILED", timeout=60)
     assert failed["failure"]["firstLine"] == UNREACHABLE
     assert trainer.cli_json("training", "capacity")["pools"][0]["observed"] is None
+
+
+@pytest.mark.slow
+def test_a_real_sft_run_trains_on_ray(
+    trainer_factory: Any, ray_head: RayHead, dev_models: Path
+) -> None:
+    """The TRL engine's SFT on the development model, as a Ray job: the adapter it saves is
+    the run's model."""
+    settings = ray_settings(ray_head, dev_models_dir=str(dev_models))
+    del settings["trainer"]["testing"], settings["trainer"]["catalog"]
+    settings["trainer"]["ray"].pop("runtime-env")
+    trainer = trainer_factory(settings)
+    ensure_project(trainer, "maths")
+    register_dataset(trainer, "maths/train")
+    run = start_run(trainer, sft_plan("maths", "maths/train", steps=4))
+    done = wait_phase(trainer, run, "COMPLETED", "FAILED", timeout=240)
+    assert done["phase"] == "COMPLETED", trainer.cli("training", "runs", "logs", run).stdout
+    assert steps_of(trainer, run) == [1, 2, 3, 4]
+    assert done["results"]["trainingLoss"] > 0
+    adapter = trainer.home / "blobs" / done["results"]["model"]
+    assert (adapter / "adapter_model.safetensors").stat().st_size > 0
+    info = job_info(ray_head, run, 1)
+    assert " --entry akka_training.engines.job " in info.entrypoint
+    assert ended_after_its_report(ray_head, run, 1)
+    # The job ran in its working directory on the worker, where it keeps its own figures.
+    assert (ray_head.jobs_dir / run / "1" / "artifacts").is_dir()
+    # Its placement names the pod and node the worker's environment gives it.
+    events = [
+        json.loads(line)
+        for line in trainer.cli("training", "runs", "wait", run, "-o", "json").stdout.splitlines()
+    ]
+    started = [
+        e["data"] for e in events if e["type"] == "event" and e["kind"] == "job" and e["data"]
+    ]
+    assert started[0]["host"] == socket.gethostname()
+    assert (started[0]["node"], started[0]["pod"]) == (ray_head.node_name, ray_head.pod_name)
 
 
 # --- the backend alone against the head -------------------------------------------------------
