@@ -1,4 +1,5 @@
-"""The bootstrap on a worker: it writes the spec where the job runs and becomes the job."""
+"""The bootstrap on a worker: it writes the spec where the job runs and becomes the job,
+outside the Ray cluster it runs on."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ print(json.dumps({
     "argv": sys.argv[1:],
     "spec": json.load(open(sys.argv[1])),
     "env_has_spec": "AKKA_JOB_SPEC" in os.environ,
+    "ray_env": sorted(k for k in os.environ if k in ("RAY_ADDRESS", "RAY_JOB_CONFIG_JSON_ENV_VAR")),
     "token": os.environ.get("AKKA_JOB_TOKEN"),
 }))
 """
@@ -44,7 +46,8 @@ def _run(tmp_path: Path, env_extra: dict[str, str]) -> subprocess.CompletedProce
 
 def test_the_bootstrap_writes_the_spec_and_becomes_the_job(tmp_path: Path) -> None:
     spec = {"runId": "r-7", "attempt": 3, "trainerUrl": "http://trainer:9001"}
-    result = _run(tmp_path, {SPEC_ENV: encode_spec(spec), "AKKA_JOB_TOKEN": "tok"})
+    ray_env = {"RAY_ADDRESS": "10.0.0.1:6379", "RAY_JOB_CONFIG_JSON_ENV_VAR": "{}"}
+    result = _run(tmp_path, {SPEC_ENV: encode_spec(spec), "AKKA_JOB_TOKEN": "tok", **ray_env})
     assert result.returncode == 0, result.stderr
     shell_pid, line = result.stdout.splitlines()[:2]
     seen = json.loads(line)
@@ -54,6 +57,7 @@ def test_the_bootstrap_writes_the_spec_and_becomes_the_job(tmp_path: Path) -> No
     assert seen["argv"] == [str(job_dir / "job.json")]
     assert seen["spec"] == spec
     assert seen["env_has_spec"] is False
+    assert seen["ray_env"] == []  # the job does not join the cluster it runs on
     assert seen["token"] == "tok"
 
 
