@@ -19,10 +19,10 @@ def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decis
         return Decision(attempt_exited=True, release_claim=view.claim_state is not None)
     if attempt.stop_sent:
         return Decision()
-    if attempt.outcome is not None and attempt.heartbeat_at is not None:
+    exiting = attempt.outcome is not None and attempt.heartbeat_at is not None
+    if exiting and (now - attempt.heartbeat_at).total_seconds() < limits.exit_grace_seconds:  # type: ignore[operator]
         # The job reported its end and is exiting (flushing telemetry): give it time.
-        if (now - attempt.heartbeat_at).total_seconds() < limits.exit_grace_seconds:
-            return Decision()
+        return Decision()
     # The run ended (by a report or a request) but its process lingers.
     return Decision(stop_job=True)
     return Decision()
