@@ -102,12 +102,12 @@ def _demo(env: dict[str, str]) -> int:
     akka(env, "training", "runs", "rollouts", grpo["id"], "--best", "3")
     akka(env, "training", "runs", "rollouts", grpo["id"], "--worst", "3")
 
-    steps = akka_json(env, "training", "runs", "metrics", grpo["id"], "--fields", "reward/mean")[
-        "steps"
-    ]
-    first, last = steps[0]["reward/mean"], steps[-1]["reward/mean"]
+    metrics = akka_json(env, "training", "runs", "metrics", grpo["id"], "--fields", "reward/mean")
+    rewards = [s["reward/mean"] for s in metrics["steps"]]
+    early, late = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
     print(
-        f"\nReward: first step {first:.3f}, last step {last:.3f} ({'rose' if last > first else 'did not rise'})."
+        f"\nReward: first step {rewards[0]:.3f}, last step {rewards[-1]:.3f}; "
+        f"mean of the first four steps {early:.3f}, of the last four {late:.3f}."
     )
     print(f"The trainer's home is {WORK / 'home'}; run the demo again to reuse it.")
     return 0

@@ -16,6 +16,9 @@ import pytest
 from akka_training.storage.db import Database
 from akka_training.testing.service import TrainerProcess
 
+# The Ray head fixtures (`ray_head`, `ray_head_factory`) for the Ray backend's tests.
+pytest_plugins = ["tests.ray_cluster"]
+
 REPO = Path(__file__).resolve().parents[1]
 POSTGRES = os.environ.get("AKKA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -17,7 +17,12 @@ def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decis
         return Decision()
     if status.state in ("exited", "missing"):
         return Decision(attempt_exited=True, release_claim=view.claim_state is not None)
-    if not attempt.stop_sent:
-        # The run ended (by a report or a request) but its process lingers.
-        return Decision(stop_job=True)
+    if attempt.stop_sent:
+        return Decision()
+    exiting = attempt.outcome is not None and attempt.heartbeat_at is not None
+    if exiting and (now - attempt.heartbeat_at).total_seconds() < limits.exit_grace_seconds:  # type: ignore[operator]
+        # The job reported its end and is exiting (flushing telemetry): give it time.
+        return Decision()
+    # The run ended (by a report or a request) but its process lingers.
+    return Decision(stop_job=True)
     return Decision()

@@ -56,6 +56,8 @@ class Limits:
     stall_seconds: float
     unreachable_seconds: float
     stop_grace_seconds: float
+    # How long a job that reported its end may take to exit before it is stopped.
+    exit_grace_seconds: float = 30.0
 
 
 @dataclass

@@ -154,6 +154,18 @@ def _read_marker(directory: Path) -> dict[str, Any] | None:
         return None
 
 
+# A randomly initialised output projection gives a nearly uniform next-token distribution, and a
+# LoRA adapter cannot change it (the output projection is not adapted). Scaling it up lets a
+# fine-tuned adapter make the distribution sharp enough that sampled rollouts (GRPO) follow what
+# supervised training taught, as they do with a real model.
+OUTPUT_SCALE = 10.0
+
+
+def _sharpen_output(model: PreTrainedModel) -> None:
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(OUTPUT_SCALE)
+
+
 # --- the builders: each writes a model into a directory and returns its modality ---------------
 
 
@@ -175,6 +187,7 @@ def _build_tiny_chat(out: Path) -> str:
         pad_token_id=tokenizer.pad_token_id,
     )
     model = _seeded(lambda: Qwen3ForCausalLM(config))
+    _sharpen_output(model)
     _save(model, out, tokenizer)
     tokenizer.save_pretrained(out)
     return "text"

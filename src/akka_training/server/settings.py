@@ -87,13 +87,24 @@ class ProjectQuota(_Section):
 
 
 class RayBackend(_Section):
+    # The Ray head's dashboard (job and state APIs), e.g. http://raycluster-head-svc:8265.
     address: str = "http://127.0.0.1:8265"
-    # Absolute path of the interpreter that runs jobs on the Ray workers.
+    # Absolute path of the interpreter that runs jobs on the Ray workers; default: the
+    # service's own (right only where the workers share its image).
     python: str | None = None
     # Where a job on a Ray worker reaches the service and the blob store.
     trainer_url: str | None = None
     storage_url: str | None = None
-    submit_timeout_seconds: float = 30.0
+    submit_timeout_seconds: float = Field(30.0, gt=0)
+    # Every other request to the head (job state, logs, stop, nodes).
+    request_timeout_seconds: float = Field(10.0, gt=0)
+    # CPUs a job holds per device of its claim; on a CPU pool one device is this many CPUs.
+    cpus_per_device: float = Field(1.0, gt=0)
+    # Ray runtime_env merged into every job's (env_vars, image_uri, …); the job's own variables
+    # (its token among them) win over env_vars of the same name.
+    runtime_env: dict[str, Any] | None = None
+    # Directory on the workers for the jobs' working directories; default $TMPDIR/akka-jobs.
+    work_dir: str | None = None
 
 
 class LocalBackend(_Section):

@@ -11,6 +11,8 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from akka_training.backends.base import ClusterUnreachable
+from akka_training.core.errors import ServiceUnavailable
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.services import rollouts as rollouts_service
@@ -151,7 +153,12 @@ def logs(
             "offset": offset,
             "open": run.phase not in TERMINAL,
         }
-    text, next_offset = ctx.backend.logs(row.handle, offset)
+    try:
+        text, next_offset = ctx.backend.logs(row.handle, offset)
+    except ClusterUnreachable as exc:
+        raise ServiceUnavailable(
+            f"The training cluster does not answer, so the logs cannot be read: {exc}"
+        ) from exc
     return {
         "run": run.id,
         "attempt": number,

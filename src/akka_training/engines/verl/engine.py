@@ -1,0 +1,613 @@
+"""The verl engine: one attempt of a grpo or gspo run, from the resolved plan to its last report.
+
+    run_verl(spec, reporter, blobs, *, workdir=None, verl_python=None, bundle_resolver=None,
+             telemetry=None, extra_overrides=()) -> int
+
+The job entry point calls it after it sent ``started``. It:
+
+1. prepares verl's inputs under `workdir` (`paths.VerlPaths`): the dataset in verl's layout,
+   the reward configuration, the adapter a warm start or branch begins from, the checkpoint a
+   resume or continuation restores; checks the plan against verl's rules and verl's own
+   validation (`preflight`), and reports ``training``;
+2. runs ``python -m verl.trainer.main_ppo`` with verl's interpreter (``AKKA_VERL_PYTHON`` or
+   `verl_python`) and follows it: each optimizer step becomes a ``steps`` report (verl's
+   metrics under our names, plus the figures of its rollouts) and a ``rollouts`` step file;
+   each checkpoint verl writes (every ``saveEvery`` steps and at the end) becomes a snapshot:
+   its training state and its adapter, exported with verl's model merger;
+3. obeys the service's directive after every event: ``stop`` ends verl at once;
+   ``save-and-stop`` has verl save at the end of the current step and exit (`hooks`);
+4. ends with exactly one terminal report: ``finished`` (the last snapshot's adapter),
+   ``stopped`` or ``failed`` (a `FailureReason` and a detail).
+
+It returns the job's exit code (0 finished or stopped, 1 failed) and raises only on a
+programming error, which the caller reports as ``training-error``. With `telemetry` (the job's
+`JobTelemetry`, built and shut down by the caller) each step is also published there: its
+figures, the reward terms' timings, failures and judge tokens, and the rollout histograms; a
+stall sets the stalled gauge. `extra_overrides` are verl overrides appended after ours (a
+deployment's tuning, such as ``actor_rollout_ref.rollout.gpu_memory_utilization=0.4``); verl
+validates them with the rest. `workdir` should be one
+directory per run (a resume on the same host then finds verl's checkpoints without downloading
+them); by default it is ``verl`` under the working directory. `bundle_resolver` turns a rule
+term's bundle reference into its unpacked directory (the same one the TRL engine gets).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import akka_training
+from akka_training.blobstore.base import BlobStore
+from akka_training.core.failures import FailureReason
+from akka_training.core.reports import (
+    FailedReport,
+    FinishedReport,
+    RolloutsReport,
+    SnapshotReport,
+    StepReport,
+    StoppedReport,
+    TrainingReport,
+)
+from akka_training.core.resolved import JobSpec
+from akka_training.engines.reporter import HttpReporter
+from akka_training.engines.verl import data, snapshots
+from akka_training.engines.verl.hooks import SAVE_REQUEST_ENV
+from akka_training.engines.verl.launcher import (
+    Exited,
+    Stalled,
+    Steps,
+    VerlProcess,
+    main_ppo_command,
+)
+from akka_training.engines.verl.metrics import VerlStep
+from akka_training.engines.verl.overrides import (
+    build_overrides,
+    file_logger_env,
+    plan_sizes,
+    runtime_env_overrides,
+    verl_constraints,
+)
+from akka_training.engines.verl.paths import VerlPaths
+from akka_training.engines.verl.records import setup_error
+from akka_training.engines.verl.reward_config import CONFIG_ENV, bundle_refs, reward_config_for
+from akka_training.engines.verl.rollouts import RolloutJoiner, StepRollouts
+from akka_training.rewards.figures import histogram_values
+from akka_training.rewards.figures import step_figures as rollout_figures
+from akka_training.rewards.inputs import RewardSetupError
+from akka_training.rewards.rollouts import step_summary, write_step_file
+from akka_training.rewards.scorer import RewardScorer
+from akka_training.telemetry.job_metrics import JobTelemetry
+
+log = logging.getLogger(__name__)
+
+PYTHON_ENV = "AKKA_VERL_PYTHON"
+HOOKS_MODULE = "akka_training.engines.verl.hooks"
+# How long a step's report waits for verl's rollout dump after its metrics line.
+DUMP_WAIT_SECONDS = 60.0
+PREFLIGHT_TIMEOUT = 300.0
+
+BundleResolver = Callable[[str], Path]
+
+
+class _Failure(Exception):
+    """A failure the engine recognised: the run fails with `reason` and `detail`."""
+
+    def __init__(self, reason: FailureReason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def run_verl(
+    spec: JobSpec,
+    reporter: HttpReporter,
+    blobs: BlobStore,
+    *,
+    workdir: Path | None = None,
+    verl_python: Path | None = None,
+    bundle_resolver: BundleResolver | None = None,
+    telemetry: JobTelemetry | None = None,
+    extra_overrides: Sequence[str] = (),
+) -> int:
+    """Train one attempt of a grpo/gspo run with verl; see the module docstring."""
+    paths = VerlPaths(workdir or Path.cwd() / "verl", spec.attempt)
+    try:
+        python = _verl_python(verl_python)
+        overrides, env, written = _setup(
+            spec, paths, blobs, python, bundle_resolver, list(extra_overrides)
+        )
+        data_fit = {"rows": written.rows, "rowsWithoutAnswer": written.without_answer}
+        reporter.training(
+            TrainingReport(total_steps=plan_sizes(spec).total_steps, data_fit=data_fit)
+        )
+        if telemetry is not None:
+            telemetry.training("rl")
+        return _train(spec, paths, blobs, reporter, telemetry, python, overrides, env)
+    except _Failure as failure:
+        log.error("verl run failed: %s", failure.detail)
+        reporter.failed(FailedReport(code=failure.reason.value, detail=failure.detail))
+        return 1
+
+
+# --- setup ------------------------------------------------------------------------------------
+
+
+def _setup(
+    spec: JobSpec,
+    paths: VerlPaths,
+    blobs: BlobStore,
+    python: Path,
+    bundle_resolver: BundleResolver | None,
+    extra: list[str],
+) -> tuple[list[str], dict[str, str], data.WrittenDataset]:
+    problems = verl_constraints(spec)
+    if problems:
+        raise _Failure(
+            FailureReason.TRAINING_ERROR, "verl cannot run this plan:\n" + "\n".join(problems)
+        )
+    paths.make_dirs()
+    _link_package(paths)
+    written = _write_datasets(spec, paths, blobs)
+    _write_reward_config(spec, paths, bundle_resolver)
+    _restore_sources(spec, paths, blobs)
+    env = _verl_env(paths, python)
+    overrides = build_overrides(spec, paths) + _runtime_env_overrides(env) + extra
+    answer = _preflight(python, overrides, env)
+    if answer.get("flashAttention"):
+        attention = build_overrides(spec, paths, attention="flash_attention_2")
+        overrides = attention + _runtime_env_overrides(env) + extra
+    return overrides, env, written
+
+
+def _verl_python(configured: Path | None) -> Path:
+    python = configured or (Path(os.environ[PYTHON_ENV]) if os.environ.get(PYTHON_ENV) else None)
+    if python is None or not python.exists():
+        raise _Failure(
+            FailureReason.JOB_START_FAILED,
+            f"verl's Python environment was not found ({python or f'{PYTHON_ENV} is not set'}): "
+            "build it with scripts/setup-verl-env.sh --gpu and set "
+            f"{PYTHON_ENV} to its bin/python",
+        )
+    return python
+
+
+def _link_package(paths: VerlPaths) -> None:
+    """Expose our package, and nothing else of this environment, to verl's interpreter."""
+    link = paths.pylib / "akka_training"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(Path(akka_training.__file__).absolute().parent, target_is_directory=True)
+
+
+def _write_datasets(spec: JobSpec, paths: VerlPaths, blobs: BlobStore) -> data.WrittenDataset:
+    """Write the train (and eval) dataset in verl's layout; returns what was written for
+    training."""
+    settings = spec.settings
+    pins = [(settings.dataset, paths.train_data, "train")]
+    if settings.eval_dataset is not None:
+        pins.append((settings.eval_dataset, paths.eval_data, "eval"))
+    written = []
+    for pin, dest, split in pins:
+        source = dest.with_suffix(".jsonl")
+        try:
+            with blobs.open(pin.blob) as f, open(source, "wb") as out:
+                while chunk := f.read(1 << 20):
+                    out.write(chunk)
+            rows = data.read_jsonl(source)
+            written.append(data.write_verl_dataset(rows, dest, data_source=pin.name, split=split))
+        except (OSError, data.DatasetRowError) as exc:
+            raise _Failure(FailureReason.DATA_ERROR, f"dataset {pin.ref}: {exc}") from exc
+    return written[0]
+
+
+def _write_reward_config(
+    spec: JobSpec, paths: VerlPaths, bundle_resolver: BundleResolver | None
+) -> None:
+    refs = bundle_refs(spec)
+    if refs and bundle_resolver is None:
+        raise _Failure(
+            FailureReason.REWARD_ERROR, "rule terms need their bundles, and none were provided"
+        )
+    try:
+        bundles = {ref: bundle_resolver(ref) for ref in refs} if bundle_resolver else {}
+        config = reward_config_for(
+            spec,
+            records=paths.reward_records,
+            max_response_length=plan_sizes(spec).max_response_length,
+            bundles=bundles,
+        )
+        # Build the terms here once, so a term that cannot run fails the job before verl starts.
+        reward = spec.settings.config.reward
+        assert reward is not None
+        RewardScorer.from_reward(reward, bundle_resolver=lambda ref: bundles[ref]).close()
+    except (RewardSetupError, ValueError, KeyError, OSError) as exc:
+        raise _Failure(FailureReason.REWARD_ERROR, str(exc)) from exc
+    config.write(paths.reward_config)
+
+
+def _restore_sources(spec: JobSpec, paths: VerlPaths, blobs: BlobStore) -> None:
+    source, gpus = spec.settings.source, spec.settings.execution.gpus
+    try:
+        if source is not None and source.kind in ("warm-start", "branch"):
+            snapshots.fetch_adapter(blobs, source.weights, paths.source_adapter)
+        if spec.resume is not None:
+            snapshots.restore_training_state(
+                blobs,
+                spec.resume.training_state,
+                paths.checkpoints,
+                step=spec.resume.step,
+                gpus=gpus,
+            )
+        elif source is not None and source.kind == "continue" and source.training_state:
+            snapshots.restore_training_state(
+                blobs, source.training_state, paths.checkpoints, step=source.step, gpus=gpus
+            )
+    except snapshots.GpuCountMismatch as exc:
+        raise _Failure(FailureReason.TRAINING_ERROR, str(exc)) from exc
+    except snapshots.SnapshotError as exc:
+        raise _Failure(FailureReason.SOURCE_UNAVAILABLE, str(exc)) from exc
+    except OSError as exc:
+        raise _Failure(FailureReason.SOURCE_UNAVAILABLE, str(exc)) from exc
+
+
+def _verl_env(paths: VerlPaths, python: Path) -> dict[str, str]:
+    save_request = paths.root / "save-request"
+    save_request.unlink(missing_ok=True)
+    cache = paths.root / "cache"
+    return {
+        "PYTHONPATH": str(paths.pylib),
+        "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        **file_logger_env(paths),
+        "VERL_USE_EXTERNAL_MODULES": HOOKS_MODULE,
+        SAVE_REQUEST_ENV: str(save_request),
+        CONFIG_ENV: str(paths.reward_config),
+        # No model hub, no experiment trackers, no usage reports.
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(cache / "datasets"),
+        "WANDB_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+
+
+def _runtime_env_overrides(env: dict[str, str]) -> list[str]:
+    """Our variables for every Ray actor, explicitly, not only through inheritance."""
+    return runtime_env_overrides(
+        {k: env[k] for k in ("VERL_USE_EXTERNAL_MODULES", SAVE_REQUEST_ENV, CONFIG_ENV)}
+    )
+
+
+def _preflight(python: Path, overrides: list[str], env: dict[str, str]) -> dict[str, object]:
+    command = [str(python), "-m", "akka_training.engines.verl.preflight", *overrides]
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=PREFLIGHT_TIMEOUT,
+            env={**os.environ, **env},
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise _Failure(
+            FailureReason.JOB_START_FAILED, "verl's configuration check did not finish"
+        ) from exc
+    lines = done.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError) as exc:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise _Failure(
+            FailureReason.JOB_START_FAILED,
+            f"verl's environment could not check the configuration:\n{tail}",
+        ) from exc
+    if not answer.get("ok"):
+        raise _Failure(
+            FailureReason.TRAINING_ERROR, f"verl refused the configuration: {answer.get('error')}"
+        )
+    return answer
+
+
+# --- training ---------------------------------------------------------------------------------
+
+
+class _Progress:
+    """What the training loop knows: steps seen and reported, the latest snapshot."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        start = spec.resume.step if spec.resume else 0
+        source = spec.settings.source
+        if spec.resume is None and source is not None and source.kind == "continue":
+            start = source.step
+        self.step = start  # the latest step verl completed
+        self.reported_step = start  # the latest step reported to the service
+        self.snapshot_step = start  # the latest step saved as a snapshot
+        self.snapshot_weights: str | None = None
+        self.adapter_modules: list[str] = []
+        self.pending: dict[int, tuple[VerlStep, float]] = {}  # step -> (metrics, seen at)
+        self.stopping: str | None = None  # the directive being carried out
+
+
+def _train(
+    spec: JobSpec,
+    paths: VerlPaths,
+    blobs: BlobStore,
+    reporter: HttpReporter,
+    telemetry: JobTelemetry | None,
+    python: Path,
+    overrides: list[str],
+    env: dict[str, str],
+) -> int:
+    sizes = plan_sizes(spec)
+    reward = spec.settings.config.reward
+    weights = {t.name: t.weight for t in reward.terms} if reward else {}
+    joiner = RolloutJoiner(
+        paths.rollouts, paths.reward_records, weights, sizes.prompts_per_step * sizes.generations
+    )
+    progress = _Progress(spec)
+    process = VerlProcess(
+        main_ppo_command(python, overrides),
+        metrics_file=paths.metrics_file,
+        log_file=paths.log_file,
+        env=env,
+        cwd=paths.root,
+    )
+    process.start()
+    try:
+        for event in process.events(stall_seconds=spec.telemetry.stall_seconds):
+            # 1. take in what verl did
+            if isinstance(event, Steps):
+                for step in event.steps:
+                    progress.pending[step.step] = (step, time.monotonic())
+                    progress.step = max(progress.step, step.step)
+                if telemetry is not None:
+                    telemetry.stalled(False)
+            elif isinstance(event, Stalled):
+                if telemetry is not None:
+                    telemetry.stalled(True)
+                log.warning(
+                    "verl completed no step for %.0f s (last step %s)",
+                    event.seconds,
+                    event.last_step,
+                )
+            final = isinstance(event, Exited)
+            # 2. report steps, rollouts and snapshots, in order
+            _report_steps(
+                spec, blobs, reporter, telemetry, joiner, progress, sizes.total_steps, final=final
+            )
+            _take_snapshot(spec, paths, blobs, reporter, python, env, progress)
+            if final:
+                return _finish(spec, paths, reporter, progress, event.returncode)
+            # 3. obey the service
+            _obey(reporter.action, process, env, progress)
+    except _Failure:
+        process.stop()
+        raise
+    finally:
+        if process.returncode is None:
+            process.stop()
+    raise AssertionError("verl's events ended without an exit")
+
+
+def _obey(action: str, process: VerlProcess, env: dict[str, str], progress: _Progress) -> None:
+    if action == "stop" and progress.stopping != "stop":
+        progress.stopping = "stop"
+        process.stop()
+    elif action == "save-and-stop" and progress.stopping is None:
+        progress.stopping = "save-and-stop"
+        # hooks.SaveOnRequestTrainer saves at the end of the current step and ends training.
+        Path(env[SAVE_REQUEST_ENV]).touch()
+
+
+def _report_steps(
+    spec: JobSpec,
+    blobs: BlobStore,
+    reporter: HttpReporter,
+    telemetry: JobTelemetry | None,
+    joiner: RolloutJoiner,
+    progress: _Progress,
+    total_steps: int,
+    *,
+    final: bool,
+) -> None:
+    """Report pending steps in order, each once its rollout dump is complete (or after
+    `DUMP_WAIT_SECONDS`, or when verl has exited, without what is missing)."""
+    rl = spec.settings.config.rl_hyperparams
+    assert rl is not None
+    for number in sorted(progress.pending):
+        verl_step, seen = progress.pending[number]
+        waited_out = final or time.monotonic() - seen > DUMP_WAIT_SECONDS
+        step_rollouts = joiner.take(number, final=waited_out)
+        if step_rollouts is None and not waited_out:
+            return  # later steps wait for this one
+        figures = verl_step.figures
+        if step_rollouts is not None and step_rollouts.rollouts:
+            # verl's own figures win where both exist: its completion lengths count the tokens
+            # it generated, ours re-tokenize the decoded text.
+            figures = (
+                rollout_figures(
+                    step_rollouts.rollouts, rl.generations_per_prompt, rl.max_completion_tokens
+                )
+                | figures
+            )
+            if "timing/reward" not in figures and step_rollouts.reward_seconds is not None:
+                figures["timing/reward"] = step_rollouts.reward_seconds
+            if step_rollouts.unmatched:
+                figures["rollouts/without_record"] = float(step_rollouts.unmatched)
+        reporter.report_step(StepReport(step=number, total_steps=total_steps, metrics=figures))
+        if telemetry is not None:
+            _publish(telemetry, number, figures, step_rollouts)
+        if step_rollouts is not None and step_rollouts.rollouts:
+            _report_rollouts(spec, blobs, reporter, joiner, step_rollouts)
+        del progress.pending[number]
+        progress.reported_step = number
+
+
+def _publish(
+    telemetry: JobTelemetry, step: int, figures: dict[str, float], rollouts: StepRollouts | None
+) -> None:
+    """A step's figures, and what the reward records say, as the job's metrics."""
+    telemetry.step("rl", step, figures)
+    if rollouts is None or not rollouts.rollouts:
+        return
+    timings: dict[str, list[float]] = defaultdict(list)
+    failures: Counter[tuple[str, str]] = Counter()
+    prompt_tokens: Counter[str] = Counter()
+    completion_tokens: Counter[str] = Counter()
+    for record in rollouts.records:
+        for term, seconds in record.term_seconds.items():
+            timings[term].append(seconds)
+        failures.update(record.failures.items())
+        prompt_tokens.update(record.judge_prompt_tokens)
+        completion_tokens.update(record.judge_completion_tokens)
+    telemetry.reward_stats(
+        timings=timings,
+        failures=failures,
+        judge_prompt_tokens=prompt_tokens,
+        judge_completion_tokens=completion_tokens,
+    )
+    telemetry.histograms(histogram_values(rollouts.rollouts))
+
+
+def _report_rollouts(
+    spec: JobSpec,
+    blobs: BlobStore,
+    reporter: HttpReporter,
+    joiner: RolloutJoiner,
+    step: StepRollouts,
+) -> None:
+    local = joiner.dump_dir / f"step-{step.step}.parquet"
+    write_step_file(step.rollouts, local)
+    key = f"runs/{spec.run_id}/rollouts/step-{step.step}.parquet"
+    blobs.put_file(key, local)
+    local.unlink()
+    summary = step_summary(step.rollouts)
+    reporter.rollouts(
+        RolloutsReport(
+            step=step.step,
+            blob=key,
+            count=summary.count,
+            best_score=summary.best,
+            worst_score=summary.worst,
+        )
+    )
+
+
+def _take_snapshot(
+    spec: JobSpec,
+    paths: VerlPaths,
+    blobs: BlobStore,
+    reporter: HttpReporter,
+    python: Path,
+    env: dict[str, str],
+    progress: _Progress,
+) -> None:
+    """Turn each checkpoint verl completed since the last snapshot into a snapshot, in order,
+    once its step was reported (verl saves before it logs the step)."""
+    for step in snapshots.new_checkpoints(paths.checkpoints, after=progress.snapshot_step):
+        if step > progress.reported_step:
+            return
+        _snapshot(spec, paths, blobs, reporter, python, env, progress, step)
+
+
+def _snapshot(
+    spec: JobSpec,
+    paths: VerlPaths,
+    blobs: BlobStore,
+    reporter: HttpReporter,
+    python: Path,
+    env: dict[str, str],
+    progress: _Progress,
+    step: int,
+) -> None:
+    keys = snapshots.snapshot_keys(spec.run_id, step)
+    checkpoint = paths.checkpoint(step)
+    try:
+        adapter = snapshots.export_adapter(
+            python,
+            checkpoint,
+            paths.exports / f"step-{step}",
+            env={**os.environ, **env},
+            log_file=paths.log_file,
+        )
+        snapshots.save_adapter(blobs, keys.weights, adapter)
+        snapshots.save_training_state(
+            blobs, keys.training_state, checkpoint, step=step, gpus=spec.settings.execution.gpus
+        )
+    except (snapshots.SnapshotError, OSError, subprocess.TimeoutExpired) as exc:
+        raise _Failure(
+            FailureReason.TRAINING_ERROR, f"the snapshot of step {step} could not be saved: {exc}"
+        ) from exc
+    progress.snapshot_step = step
+    progress.snapshot_weights = keys.weights
+    progress.adapter_modules = snapshots.adapter_modules(adapter)
+    reporter.snapshot(
+        SnapshotReport(
+            name=keys.name, step=step, weights=keys.weights, training_state=keys.training_state
+        )
+    )
+
+
+def _finish(
+    spec: JobSpec, paths: VerlPaths, reporter: HttpReporter, progress: _Progress, returncode: int
+) -> int:
+    if progress.stopping == "stop" or (progress.stopping == "save-and-stop" and returncode == 0):
+        reporter.stopped(
+            StoppedReport(
+                step=progress.snapshot_step
+                if progress.stopping == "save-and-stop"
+                else progress.step
+            )
+        )
+        return 0
+    if returncode != 0:
+        reason, detail = _diagnose(paths, returncode)
+        raise _Failure(reason, detail)
+    if progress.snapshot_weights is None or progress.snapshot_step < plan_sizes(spec).total_steps:
+        raise _Failure(
+            FailureReason.TRAINING_ERROR,
+            f"verl ended at step {progress.step} without a final checkpoint "
+            f"(the last snapshot is of step {progress.snapshot_step})",
+        )
+    reporter.finished(
+        FinishedReport(
+            adapter=progress.snapshot_weights,
+            step=progress.snapshot_step,
+            adapter_modules=progress.adapter_modules,
+        )
+    )
+    return 0
+
+
+# Lines of verl's log that say which memory ran out.
+_DEVICE_OOM = re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA")
+_HOST_OOM = re.compile(
+    r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory"
+)
+
+
+def _diagnose(paths: VerlPaths, returncode: int) -> tuple[FailureReason, str]:
+    """Why verl exited with an error, from its log and the reward workers' notes."""
+    message = setup_error(paths.reward_records)
+    if message:
+        return FailureReason.REWARD_ERROR, message
+    text = (
+        paths.log_file.read_text(encoding="utf-8", errors="replace")
+        if paths.log_file.exists()
+        else ""
+    )
+    tail = "\n".join(text.strip().splitlines()[-30:])
+    if _DEVICE_OOM.search(text):
+        return FailureReason.DEVICE_OOM, tail
+    if _HOST_OOM.search(text) or returncode == -9:
+        return FailureReason.HOST_OOM, tail
+    if "Traceback (most recent call last)" in text:
+        return FailureReason.TRAINING_ERROR, tail
+    return FailureReason.JOB_CRASHED, f"verl exited with status {returncode}\n{tail}"

@@ -1,0 +1,67 @@
+"""The bootstrap on a worker: it writes the spec where the job runs and becomes the job,
+outside the Ray cluster it runs on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from akka_training.backends.ray.entrypoint import SPEC_ENV, encode_spec, entrypoint
+
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+# A stand-in job: prints what a job would see (its pid, cwd, spec file, environment).
+PROBE = """
+import json, os, sys
+print(json.dumps({
+    "pid": os.getpid(),
+    "cwd": os.getcwd(),
+    "argv": sys.argv[1:],
+    "spec": json.load(open(sys.argv[1])),
+    "env_has_spec": "AKKA_JOB_SPEC" in os.environ,
+    "ray_env": sorted(k for k in os.environ if k in ("RAY_ADDRESS", "RAY_JOB_CONFIG_JSON_ENV_VAR")),
+    "token": os.environ.get("AKKA_JOB_TOKEN"),
+}))
+"""
+
+
+def _run(tmp_path: Path, env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "probe_job.py").write_text(PROBE)
+    command = entrypoint(sys.executable, "probe_job", "r-7", 3, str(tmp_path / "jobs"))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), str(tmp_path)]),
+        **env_extra,
+    }
+    # As Ray runs it: a shell command in a fresh process, whose pid Ray watches.
+    proc = subprocess.Popen(
+        command, shell=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, f"{proc.pid}\n{out}", err)
+
+
+def test_the_bootstrap_writes_the_spec_and_becomes_the_job(tmp_path: Path) -> None:
+    spec = {"runId": "r-7", "attempt": 3, "trainerUrl": "http://trainer:9001"}
+    ray_env = {"RAY_ADDRESS": "10.0.0.1:6379", "RAY_JOB_CONFIG_JSON_ENV_VAR": "{}"}
+    result = _run(tmp_path, {SPEC_ENV: encode_spec(spec), "AKKA_JOB_TOKEN": "tok", **ray_env})
+    assert result.returncode == 0, result.stderr
+    shell_pid, line = result.stdout.splitlines()[:2]
+    seen = json.loads(line)
+    job_dir = tmp_path / "jobs" / "r-7" / "3"
+    assert seen["pid"] == int(shell_pid)  # the job is the very process Ray started
+    assert seen["cwd"] == str(job_dir)
+    assert seen["argv"] == [str(job_dir / "job.json")]
+    assert seen["spec"] == spec
+    assert seen["env_has_spec"] is False
+    assert seen["ray_env"] == []  # the job does not join the cluster it runs on
+    assert seen["token"] == "tok"
+
+
+def test_a_job_without_a_spec_ends_with_a_message(tmp_path: Path) -> None:
+    result = _run(tmp_path, {})
+    assert result.returncode == 2
+    assert "AKKA_JOB_SPEC is not set" in result.stderr

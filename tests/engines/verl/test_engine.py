@@ -1,0 +1,265 @@
+"""The verl engine's whole flow against a stand-in for verl's interpreter
+(``fixtures/fake_verl.py``: verl's files, from fixtures verl's own code produced), a real
+`HttpReporter` talking to a recording service on loopback (`smoke.RecordingService`), and a
+local blob store.
+
+What verl itself does with the configuration is covered by test_verl_config.py; what a GPU run
+does by scripts/gpu-smoke-verl.sh."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from akka_training.blobstore.local import LocalBlobStore
+from akka_training.engines.reporter import HttpReporter
+from akka_training.engines.verl import snapshots
+from akka_training.engines.verl.engine import run_verl
+from akka_training.engines.verl.smoke import RecordingService
+from akka_training.rewards.rollouts import read_step_file
+from akka_training.telemetry.job_metrics import JobTelemetry
+from akka_training.telemetry.otel import job_resource_from_spec
+from tests.engines.verl.conftest import FIXTURES, make_spec
+
+
+@pytest.fixture
+def service() -> Iterator[RecordingService]:
+    s = RecordingService()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def job(
+    tmp_path: Path, service: RecordingService, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., tuple[int, LocalBlobStore]]:
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {FIXTURES / "fake_verl.py"} "$@"\n')
+    python.chmod(0o755)
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"What is {i} + {i}?"},
+                {"role": "assistant", "content": f"#### {2 * i}"},
+            ]
+        }
+        for i in range(16)
+    ]
+    blobs.put_bytes(
+        "datasets/sha256/aa/train", "".join(json.dumps(r) + "\n" for r in rows).encode()
+    )
+
+    def run(
+        mode: str = "", step_seconds: str = "0.05", telemetry: Any = None, **spec_kwargs: Any
+    ) -> tuple[int, LocalBlobStore]:
+        monkeypatch.setenv("FAKE_VERL_MODE", mode)
+        monkeypatch.setenv("FAKE_VERL_STEP_SECONDS", step_seconds)
+        # two prompts a step, four completions each: the fixtures' steps
+        rl = {"promptsPerStep": 2, "generationsPerPrompt": 4, **spec_kwargs.pop("rl", {})}
+        spec = make_spec(rows=16, model_path=str(FIXTURES / "tokenizer"), rl=rl, **spec_kwargs)
+        reporter = HttpReporter(
+            service.url, spec.run_id, spec.attempt, "token", patience=10, heartbeat_seconds=60
+        )
+        try:
+            code = run_verl(
+                spec,
+                reporter,
+                blobs,
+                workdir=tmp_path / "run",
+                verl_python=python,
+                telemetry=telemetry(spec) if telemetry else None,
+            )
+        finally:
+            reporter.close()
+        return code, blobs
+
+    return run
+
+
+def test_a_run_reports_steps_rollouts_snapshots_and_its_adapter(
+    job: Callable, service: RecordingService
+) -> None:
+    code, blobs = job(rl={"training": {"maxSteps": 4}})
+    assert code == 0
+    kinds = service.kinds()
+    assert kinds[0] == "training" and kinds[-1] == "finished"
+    assert [b["step"] for b in service.of("steps")] == [1, 2, 3, 4]
+    assert [b["step"] for b in service.of("rollouts")] == [1, 2, 3, 4]
+    assert [b["step"] for b in service.of("snapshots")] == [2, 4]
+    # a step's rollouts follow its step report; a snapshot follows the step it saved
+    assert kinds.index("snapshots") > [i for i, k in enumerate(kinds) if k == "steps"][1]
+    training = service.of("training")[0]
+    assert training["totalSteps"] == 4
+    assert training["dataFit"] == {
+        "rows": 16,
+        "rowsWithoutAnswer": 0,
+    }
+
+    step = service.of("steps")[1]
+    metrics = step["metrics"]
+    assert step["totalSteps"] == 4
+    assert metrics["policy_loss"] == -0.02  # verl's actor/pg_loss of the fixture's step 2
+    assert metrics["timing/generation"] > 0 and metrics["timing/update"] > 0
+    assert metrics["timing/reward"] > 0  # from our reward records: verl's V1 logs none
+    assert metrics["reward/mean"] == pytest.approx(sum(r["score"] for r in fixture_dump(2)) / 8)
+    assert "terms/correct/share_mean" in metrics and "terms/format/share_std" in metrics
+    assert "rollouts/without_record" not in metrics
+
+    rollouts_report = service.of("rollouts")[0]
+    rollouts = read_step_file(blobs.get_bytes(rollouts_report["blob"]))
+    assert rollouts_report["count"] == len(rollouts) == 8
+    assert rollouts_report["bestScore"] == max(r.score for r in rollouts)
+    assert rollouts[0].shares == {"correct": 1.0, "format": 0.2}
+
+    last = service.of("snapshots")[-1]
+    assert last == {
+        "name": "step-4",
+        "step": 4,
+        "weights": "runs/run-1/snapshots/step-4/weights",
+        "trainingState": "runs/run-1/snapshots/step-4/training-state",
+    }
+    assert blobs.exists("runs/run-1/snapshots/step-4/weights/adapter_model.safetensors")
+    assert blobs.exists(
+        "runs/run-1/snapshots/step-4/training-state/actor/model_world_size_1_rank_0.pt"
+    )
+    finished = service.of("finished")[0]
+    assert finished["adapter"] == last["weights"] and finished["step"] == 4
+    assert finished["adapterModules"][0] == "base_model.model.model.layers.0.self_attn.q_proj"
+
+
+def fixture_dump(step: int) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for line in (FIXTURES / "rollouts" / f"{step}.jsonl").read_text().splitlines()
+    ]
+
+
+def test_stop_ends_verl_and_reports_stopped(job: Callable, service: RecordingService) -> None:
+    service.decide = lambda kind, body: (
+        "stop" if kind == "steps" and body["step"] >= 2 else "continue"
+    )
+    code, _ = job(step_seconds="0.3", rl={"training": {"maxSteps": 12}})
+    assert code == 0
+    assert service.kinds()[-1] == "stopped"
+    assert service.of("stopped")[0]["step"] < 12
+    assert "finished" not in service.kinds()
+
+
+def test_save_and_stop_saves_at_the_next_step(job: Callable, service: RecordingService) -> None:
+    service.decide = lambda kind, body: "save-and-stop" if kind == "steps" else "continue"
+    code, blobs = job(step_seconds="0.3", save_every=100, rl={"training": {"maxSteps": 12}})
+    assert code == 0
+    snapshot = service.of("snapshots")[-1]
+    assert 1 < snapshot["step"] < 12  # saved on request, not by the schedule (every 100 steps)
+    assert service.of("stopped") == [{"step": snapshot["step"]}]
+    assert blobs.exists(f"{snapshot['weights']}/adapter_config.json")
+
+
+@pytest.mark.parametrize(
+    ("mode", "code", "fragment"),
+    [
+        ("crash:1", "training-error", "RuntimeError: the policy update diverged"),
+        ("oom:1", "device-oom", "CUDA out of memory"),
+    ],
+)
+def test_verl_failure_is_reported_with_its_reason(
+    job: Callable, service: RecordingService, mode: str, code: str, fragment: str
+) -> None:
+    exit_code, _ = job(mode=mode, rl={"training": {"maxSteps": 4}})
+    assert exit_code == 1
+    failed = service.of("failed")
+    assert failed[0]["code"] == code and fragment in failed[0]["detail"]
+    assert [b["step"] for b in service.of("steps")] == [1]  # the step before the failure was kept
+
+
+def test_resume_on_another_gpu_count_fails_before_verl_starts(
+    job: Callable, service: RecordingService, tmp_path: Path
+) -> None:
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    checkpoint = tmp_path / "elsewhere" / "global_step_2"
+    (checkpoint / "actor").mkdir(parents=True)
+    snapshots.save_training_state(
+        blobs, "runs/run-1/snapshots/step-2/training-state", checkpoint, step=2, gpus=2
+    )
+    code, _ = job(resume=True)
+    assert code == 1
+    failed = service.of("failed")[0]
+    assert failed["code"] == "training-error" and "set execution.gpus to 2" in failed["detail"]
+    assert service.kinds() == ["failed"]
+
+
+def test_plan_outside_verl_rules_fails_with_every_problem(
+    job: Callable, service: RecordingService
+) -> None:
+    code, _ = job(rl={"generationsPerPrompt": 1, "lora": {"rank": 1024}})
+    assert code == 1
+    detail = service.of("failed")[0]["detail"]
+    assert "generationsPerPrompt to 2 or more" in detail and "above 512" in detail
+
+
+def test_missing_verl_environment(service: RecordingService, tmp_path: Path) -> None:
+    spec = make_spec()
+    reporter = HttpReporter(
+        service.url, spec.run_id, spec.attempt, "token", patience=10, heartbeat_seconds=60
+    )
+    try:
+        code = run_verl(
+            spec,
+            reporter,
+            LocalBlobStore(tmp_path),
+            workdir=tmp_path / "run",
+            verl_python=tmp_path / "nope",
+        )
+    finally:
+        reporter.close()
+    assert code == 1
+    failed = service.of("failed")[0]
+    assert failed["code"] == "job-start-failed" and "setup-verl-env.sh --gpu" in failed["detail"]
+
+
+def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
+    reader = InMemoryMetricReader()
+    made: list[JobTelemetry] = []
+
+    def telemetry(spec: Any) -> JobTelemetry:
+        made.append(
+            JobTelemetry(
+                job_resource_from_spec(spec),
+                None,
+                tmp_path / "artifacts",
+                metric_readers=[reader],
+                tensorboard=False,
+            )
+        )
+        return made[0]
+
+    code, _ = job(telemetry=telemetry, rl={"training": {"maxSteps": 3}})
+    made[0].shutdown()
+    assert code == 0
+    points = {
+        m.name: m.data.data_points
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert points["akka.optimize.training.rl.step.count"][0].value == 3
+    timing = {
+        p.attributes["akka.optimize.training.reward.term"]: p.count
+        for p in points["akka.optimize.training.reward.term.timing"]
+    }
+    assert timing == {"correct": 24, "format": 24}  # 3 steps x 8 rollouts, each term
+    assert points["akka.optimize.training.rl.rollout.reward"][0].count == 24
+    phases = {
+        p.attributes["akka.optimize.training.step.phase"]
+        for p in points["akka.optimize.training.rl.step.timing"]
+    }
+    assert phases == {"generation", "reward", "update"}
+    lines = (tmp_path / "artifacts" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and "policy_loss" in lines[0]
