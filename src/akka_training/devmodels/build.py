@@ -53,11 +53,6 @@ from akka_training.devmodels.tokenizer import (
 # Bump when anything a build writes changes: a directory built by another version is rebuilt.
 BUILDER_VERSION = 2
 SEED = 1234
-# The spread of the random weights. At the usual 0.02 the frozen output projection of a model this
-# small cannot make any token much likelier than another (the logits stay within about 1 of each
-# other), so no LoRA adapter can teach it an answer it would sample; at 0.2 a short SFT run
-# teaches the "#### N" format that a GRPO run then samples and rewards.
-INIT_RANGE = 0.2
 # Pixels per side of the images the vision model takes (a processor resizes any image to it).
 IMAGE_SIZE = 32
 IMAGE_TOKENS = 4
@@ -181,7 +176,6 @@ def _build_tiny_chat(out: Path) -> str:
         head_dim=16,
         max_position_embeddings=CONTEXT_LENGTH,
         tie_word_embeddings=False,
-        initializer_range=INIT_RANGE,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -214,7 +208,6 @@ def _build_tiny_vision(out: Path) -> str:
             "query_pre_attn_scalar": 16,
             "sliding_window": 256,
             "max_position_embeddings": CONTEXT_LENGTH,
-            "initializer_range": INIT_RANGE,
             "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id,
             "pad_token_id": tokenizer.pad_token_id,
@@ -229,7 +222,6 @@ def _build_tiny_vision(out: Path) -> str:
             "vision_use_head": False,
         },
         mm_tokens_per_image=IMAGE_TOKENS,
-        initializer_range=INIT_RANGE,
         boi_token_index=tokenizer.convert_tokens_to_ids(IMAGE_START),
         eoi_token_index=tokenizer.convert_tokens_to_ids(IMAGE_END),
         image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_SOFT),
