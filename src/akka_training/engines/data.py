@@ -3,8 +3,9 @@ trainers take them.
 
 Rows are chat rows ``{"messages": [...]}`` or prompt/completion rows ``{"prompt": ...,
 "completion": ...}`` (a prompt or completion may itself be a list of messages). A user message's
-content may be a list of parts; an image part is ``{"type": "image", "image": DATA}`` where DATA
-is a ``data:image/...;base64,`` URL or bare base64 (``url`` or ``image_url`` are read too).
+content may be a list of parts; an image part carries its image under ``image``, ``url``,
+``image_url`` or ``path``: a ``data:image/...;base64,`` URL, bare base64, a ``file://`` URL or an
+absolute path on the job's host. The job reaches no network, so ``http(s)`` images are refused.
 
 For reinforcement learning the last assistant message (or the completion) is the expected
 answer and everything before it is the prompt.
@@ -17,7 +18,9 @@ import binascii
 import io
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from PIL import Image
 
@@ -127,14 +130,20 @@ def rl_rows(rows: list[dict[str, Any]]) -> list[RlRow]:
     return out
 
 
-def decode_image(data: str) -> Image.Image:
-    """A data URL or bare base64 as an RGB image."""
-    payload = data.split(",", 1)[1] if data.startswith("data:") else data
+def decode_image(source: str) -> Image.Image:
+    """An image part's source (see the module docstring) as an RGB image."""
+    if source.startswith(("http://", "https://")):
+        raise DataError(f"the image {source[:80]} is on the network, which a job cannot reach")
+    path = _local_path(source)
     try:
-        image = Image.open(io.BytesIO(base64.b64decode(payload, validate=False)))
+        if path is not None:
+            image = Image.open(path)
+        else:
+            payload = source.split(",", 1)[1] if source.startswith("data:") else source
+            image = Image.open(io.BytesIO(base64.b64decode(payload, validate=False)))
         image.load()
     except (binascii.Error, OSError, ValueError) as exc:
-        raise DataError(f"an image could not be decoded: {exc}") from exc
+        raise DataError(f"an image could not be read: {exc}") from exc
     return image.convert("RGB")
 
 
@@ -154,7 +163,7 @@ def _messages(
             "role": message["role"],
             "content": _content(message.get("content"), number, image_text, images),
         }
-        for key in ("name", "tool_calls"):
+        for key in ("name", "tool_calls", "tool_call_id"):
             if message.get(key) is not None:
                 shaped[key] = message[key]
         out.append(shaped)
@@ -198,8 +207,16 @@ def _content(
     return "".join(p["text"] for p in parts)
 
 
+def _local_path(source: str) -> Path | None:
+    if source.startswith("file://"):
+        return Path(unquote(urlparse(source).path))
+    if source.startswith("/"):
+        return Path(source)
+    return None
+
+
 def _image_data(part: dict[str, Any], number: int) -> str:
-    for key in ("image", "url", "image_url"):
+    for key in ("image", "url", "image_url", "path"):
         value = part.get(key)
         if isinstance(value, dict):
             value = value.get("url")

@@ -35,6 +35,7 @@ class StepMemory:
         self._peak_allocated = 0
         self._peak_reserved = 0
         self._generation_base = 0
+        self._host_reset = False
         self.generation: int | None = None
 
     def begin(self) -> None:
@@ -43,7 +44,7 @@ class StepMemory:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self._device)
         else:
-            reset_host_peak()
+            self._host_reset = reset_host_peak()
 
     def generation_begin(self) -> None:
         if not self.cuda:
@@ -64,36 +65,61 @@ class StepMemory:
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None
     ) -> dict[str, float]:
         if not self.cuda:
-            peak = host_peak()
+            # Without the reset VmHWM is the process's peak, not the step's: leave it out.
+            peak = host_peak() if self._host_reset else None
             return {} if peak is None else {"memory/host_peak": float(peak)}
         self._fold_peaks()
         weights, adapter = parameter_bytes(model)
-        gradients = adapter
-        optimizer_state = optimizer_bytes(optimizer)
-        peak, reserved = self._peak_allocated, self._peak_reserved
-        activations = max(0, peak - weights - adapter - gradients - optimizer_state)
         free, total = torch.cuda.mem_get_info(self._device)
-        driver = max(0, (total - free) - torch.cuda.memory_reserved(self._device))
-        out = {
-            "memory/weights": weights,
-            "memory/adapter": adapter,
-            "memory/gradients": gradients,
-            "memory/optimizer": optimizer_state,
-            "memory/activations": activations,
-            "memory/allocator": max(0, reserved - peak),
-            "memory/driver": driver,
-            "memory/reserved": reserved,
-            "memory/peak": peak,
-        }
-        if self.generation is not None:
-            out["memory/generation"] = self.generation
-        return {k: float(v) for k, v in out.items()}
+        return device_split(
+            peak_allocated=self._peak_allocated,
+            peak_reserved=self._peak_reserved,
+            weights=weights,
+            adapter=adapter,
+            optimizer=optimizer_bytes(optimizer),
+            device_used=total - free,
+            torch_reserved=torch.cuda.memory_reserved(self._device),
+            generation=self.generation,
+        )
 
     def _fold_peaks(self) -> None:
         self._peak_allocated = max(
             self._peak_allocated, torch.cuda.max_memory_allocated(self._device)
         )
         self._peak_reserved = max(self._peak_reserved, torch.cuda.max_memory_reserved(self._device))
+
+
+def device_split(
+    *,
+    peak_allocated: int,
+    peak_reserved: int,
+    weights: int,
+    adapter: int,
+    optimizer: int,
+    device_used: int,
+    torch_reserved: int,
+    generation: int | None = None,
+) -> dict[str, float]:
+    """The split of a step's device peak (see the module docstring). Gradients are one per
+    trainable parameter: the Trainer frees them after the optimizer step, before they could be
+    measured, but they were held at the peak. `device_used` and `torch_reserved` are read now:
+    the driver's share is what the device holds outside PyTorch's pool."""
+    gradients = adapter
+    activations = max(0, peak_allocated - weights - adapter - gradients - optimizer)
+    out = {
+        "memory/weights": weights,
+        "memory/adapter": adapter,
+        "memory/gradients": gradients,
+        "memory/optimizer": optimizer,
+        "memory/activations": activations,
+        "memory/allocator": max(0, peak_reserved - peak_allocated),
+        "memory/driver": max(0, device_used - torch_reserved),
+        "memory/reserved": peak_reserved,
+        "memory/peak": peak_allocated,
+    }
+    if generation is not None:
+        out["memory/generation"] = generation
+    return {k: float(v) for k, v in out.items()}
 
 
 def parameter_bytes(model: torch.nn.Module) -> tuple[int, int]:

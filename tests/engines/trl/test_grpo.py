@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from akka_training.core.resolved import SourcePin
+from akka_training.core.resolved import ResumePoint, SourcePin
 from akka_training.rewards.rollouts import read_step_file
 from tests.engines.conftest import ReportServer
 from tests.engines.jobs import make_spec, put_dataset, run_in_process
@@ -63,8 +63,8 @@ def test_grpo_completes_and_keeps_every_rollout(
             "loss",
             "learning_rate",
             "entropy",
-            "clip_ratio/low",
-            "clip_ratio/high",
+            "clip_ratio/low_mean",
+            "clip_ratio/high_mean",
             "tokens",
             "tokens_per_second",
             "timing/generation",
@@ -224,3 +224,45 @@ def test_images_in_a_reinforcement_dataset_fail_with_data_error(
     failed = report_server.of("failed")[0]
     assert failed["code"] == "data-error"
     assert "image" in failed["detail"]
+
+
+def test_a_paused_grpo_run_resumes_from_its_snapshot(
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+) -> None:
+    dataset = put_dataset(store, "maths", chat_rows(8))
+
+    def spec(attempt: int, resume: ResumePoint | None = None) -> Any:
+        return make_spec(
+            model=catalog["tiny-chat"],
+            dataset=dataset,
+            config=rl_config(training={"maxSteps": 4}),
+            trainer_url=report_server.url,
+            store=store,
+            attempt=attempt,
+            resume=resume,
+            execution={"saveEvery": 100},
+        )
+
+    report_server.script = lambda kind, body, reports: (
+        "save-and-stop" if kind == "steps" else "continue"
+    )
+    assert run_in_process(spec(1), tmp_path / "attempt-1") == 0
+    snapshot = report_server.of("snapshots")[-1]
+    assert report_server.kinds()[-1] == "stopped"
+    assert snapshot["step"] < 4
+
+    report_server.script = lambda kind, body, reports: "continue"
+    report_server.reports.clear()
+    resume = ResumePoint(
+        snapshot=snapshot["name"],
+        step=snapshot["step"],
+        weights=snapshot["weights"],
+        training_state=snapshot["trainingState"],
+    )
+    assert run_in_process(spec(2, resume), tmp_path / "attempt-2") == 0
+
+    after = list(range(snapshot["step"] + 1, 5))
+    assert [s["step"] for s in report_server.of("steps")] == after
+    assert [r["step"] for r in report_server.of("rollouts")] == after
+    assert all(s["metrics"]["tokens"] > 0 for s in report_server.of("steps"))
+    assert report_server.kinds()[-1] == "finished"

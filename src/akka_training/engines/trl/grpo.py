@@ -60,9 +60,17 @@ from akka_training.engines.trl.tools import ToolCounters, load_tools
 from akka_training.rewards.inputs import RewardSetupError
 from akka_training.rewards.scorer import RewardScorer
 
-# TRL's step logs reported as they are, and the ones renamed.
-LOGGED = ("loss", "learning_rate", "grad_norm", "kl", "entropy")
-RENAMED = {"clip_ratio/low_mean": "clip_ratio/low", "clip_ratio/high_mean": "clip_ratio/high"}
+# TRL's step logs reported as they are (the clip ratios under the names the telemetry catalog
+# routes: the share of completion tokens whose ratio was clipped at each bound).
+LOGGED = (
+    "loss",
+    "learning_rate",
+    "grad_norm",
+    "kl",
+    "entropy",
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+)
 
 
 class GrpoFigures(TrainerCallback):
@@ -84,9 +92,6 @@ class GrpoFigures(TrainerCallback):
         self, step: int, logs: dict[str, float], state: TrainerState
     ) -> dict[str, float]:
         out = {key: float(logs[key]) for key in LOGGED if logs.get(key) is not None}
-        for trl_name, name in RENAMED.items():
-            if logs.get(trl_name) is not None:
-                out[name] = float(logs[trl_name])
         seen = state.num_input_tokens_seen
         out["tokens"] = float(seen - self._tokens_seen)
         self._tokens_seen = seen

@@ -81,6 +81,8 @@ class StepReporting(TrainerCallback):
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
+        if self.job.telemetry is not None:
+            self.job.telemetry.training(self.kind)
         self._begin_step()
 
     def on_step_end(
@@ -96,7 +98,7 @@ class StepReporting(TrainerCallback):
         action = self.job.reporter.action
         if action == "stop":
             control.should_training_stop = True
-            self.stopped = True
+            self.stopped = _before_the_end(state)
         elif action == "save-and-stop":
             control.should_save = True
             self._stop_after_save = True
@@ -214,13 +216,18 @@ class StepReporting(TrainerCallback):
             self.job.watchdog.progress()
         self._pending = set()
         if self._stop_after_save or self.job.reporter.action == "stop":
+            # Told to stop at the last step, the run has finished all the same.
             control.should_training_stop = True
-            self.stopped = True
+            self.stopped = _before_the_end(state)
         self._begin_step()
 
     def _begin_step(self) -> None:
         self.memory.begin()
         self._ready = self.clock()
+
+
+def _before_the_end(state: TrainerState) -> bool:
+    return state.global_step < state.max_steps
 
 
 def _remove_older(checkpoint: Path) -> None:
