@@ -45,6 +45,10 @@ def ended(view: RunView, probe: Probe) -> Decision | None:
     if probe.status.state != "exited":
         return None
     assert view.attempt is not None
+    if view.attempt.outcome == "stopped":
+        # It stopped without being asked (the service had restarted and lost the request, or
+        # the job was told to stop by a stale directive): run it again from its last snapshot.
+        return Decision(rule="requeue", attempt_exited=True, release_claim=True)
     if view.attempt.outcome is not None:
         # The job reported its end; the report moved the run. Only the bookkeeping is left.
         return Decision(attempt_exited=True, release_claim=True)

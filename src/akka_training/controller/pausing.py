@@ -26,4 +26,12 @@ def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decis
         )
     if view.requested == "pause-latest" and not attempt.stop_sent:
         return Decision(stop_job=True)
+    lingering = (
+        attempt.outcome is not None
+        and attempt.heartbeat_at is not None
+        and (now - attempt.heartbeat_at).total_seconds() > limits.exit_grace_seconds
+    )
+    if lingering and not attempt.stop_sent:
+        # It saved and said it stopped, but its process does not exit.
+        return Decision(stop_job=True)
     return Decision()

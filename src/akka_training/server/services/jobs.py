@@ -185,11 +185,10 @@ def _finished(
 
 
 def _stopped(session: Session, run: Run, attempt: Attempt, r: StoppedReport, now: datetime) -> None:
+    # The run becomes PAUSED or CANCELLED once the job has exited and its devices are free: the
+    # controller moves it then (a resume must find the devices released).
     attempt.outcome = "stopped"
-    if run.requested == "cancel" and can(run.phase, "cancel"):
-        move(session, run, "cancel", now=now)
-    elif run.requested in ("pause-save", "pause-latest") and run.phase == Phase.PAUSING:
-        move(session, run, "paused", now=now)
+    event(session, run.id, "job", f"attempt {attempt.number} stopped at step {r.step}")
 
 
 def _failed(session: Session, run: Run, attempt: Attempt, r: FailedReport, now: datetime) -> None:

@@ -1,0 +1,393 @@
+"""Real training through the real service and CLI: SFT, GRPO and GSPO with TRL on the tiny
+development models, and what a user reads afterwards (the adapter, data fit, memory, rollouts,
+figures, telemetry, the Grafana link)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from akka_training.devmodels.catalog import read_catalog
+from akka_training.rewards.rollouts import read_step_file
+from akka_training.telemetry import catalog as names
+from akka_training.telemetry.catalog import metric, prometheus_name
+from akka_training.testing.otlp_receiver import OtlpReceiver
+from akka_training.testing.service import TrainerProcess
+from tests.integration.helpers import (
+    ensure_project,
+    register_dataset,
+    wait_for,
+    wait_phase,
+    write_plan,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "data"
+SHORT = 24  # a maxSeqLength some rows pass (rows are 24 or 25 tokens), to see data fit count them
+IMAGE_ROWS = [
+    {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "url": "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==",
+                    },
+                    {"type": "text", "text": f"Count {i}"},
+                ],
+            },
+            {"role": "assistant", "content": f"#### {i}"},
+        ]
+    }
+    for i in range(8)
+]
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Any:
+    with OtlpReceiver() as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def trainer(
+    tmp_path_factory: pytest.TempPathFactory, dev_models: Path, receiver: OtlpReceiver
+) -> Any:
+    t = TrainerProcess(
+        tmp_path_factory.mktemp("training"),
+        {
+            "trainer": {
+                "dev-models-dir": str(dev_models),
+                "controller": {"interval-seconds": 0.2},
+                "telemetry": {"collector-endpoint": receiver.endpoint},
+                "grafana": {"url": "http://grafana.example.invalid", "link-lifetime-seconds": 900},
+            }
+        },
+    ).start()
+    ensure_project(t, "demo")
+    for name in ("arithmetic", "arithmetic-prompts"):
+        t.cli(
+            "training",
+            "datasets",
+            "register",
+            f"demo/{name}",
+            "-f",
+            str(EXAMPLES / f"{name}.jsonl"),
+        )
+    register_dataset(t, "demo/pictures", IMAGE_ROWS)
+    yield t
+    t.close()
+
+
+def sft_plan(steps: int = 8, **config: Any) -> dict[str, Any]:
+    return {
+        "kind": "run",
+        "project": "demo",
+        "baseModel": "tiny-chat",
+        "config": {
+            "dataset": "demo/arithmetic",
+            "method": "sft",
+            "maxSeqLength": 128,
+            "hyperparams": {
+                "optimizer": {"learningRate": 5e-3},
+                "training": {"maxSteps": steps, "batchSize": 8},
+            },
+            **config,
+        },
+        "execution": {"saveEvery": 4},
+    }
+
+
+def rl_plan(method: str, steps: int = 4, **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "run",
+        "project": "demo",
+        "baseModel": "tiny-chat",
+        **extra,
+        "config": {
+            "dataset": "demo/arithmetic-prompts",
+            "method": method,
+            "maxSeqLength": 128,
+            "rlHyperparams": {
+                "promptsPerStep": 2,
+                "generationsPerPrompt": 4,
+                "maxCompletionTokens": 6,
+                "training": {"maxSteps": steps},
+            },
+            "reward": {
+                "terms": [
+                    {"name": "format", "kind": "regex", "weight": 0.5, "pattern": "^#### [0-9]+$"},
+                    {"name": "correct", "kind": "match", "mode": "final-number"},
+                ]
+            },
+        },
+        "execution": {"saveEvery": 2},
+    }
+
+
+def run_to_end(trainer: TrainerProcess, plan: dict[str, Any]) -> dict[str, Any]:
+    path = write_plan(trainer, plan, f"plan-{plan['config']['method']}.yaml")
+    run_id = trainer.cli_json("training", "runs", "start", "-f", str(path))["id"]
+    trainer.cli("training", "runs", "wait", run_id, "--exit-status", timeout=600)
+    return dict(trainer.cli_json("training", "runs", "get", run_id))
+
+
+def blob_dir(trainer: TrainerProcess, key: str) -> Path:
+    return trainer.home / "blobs" / key
+
+
+def test_sft_trains_an_adapter_that_changes_the_model(
+    trainer: TrainerProcess, dev_models: Path
+) -> None:
+    run = run_to_end(trainer, sft_plan())
+    assert run["phase"] == "COMPLETED" and run["progress"]["observedStep"] == 8
+    assert run["results"]["trainingLoss"] is not None
+    adapter = blob_dir(trainer, run["results"]["model"])
+    assert (adapter / "adapter_config.json").is_file() and (
+        adapter / "adapter_model.safetensors"
+    ).is_file()
+    base = AutoModelForCausalLM.from_pretrained(dev_models / "tiny-chat")
+    tokenizer = AutoTokenizer.from_pretrained(dev_models / "tiny-chat")
+    ids = tokenizer("What is 2 + 3?", return_tensors="pt")
+    with torch.no_grad():
+        before = base(**ids).logits
+        tuned = PeftModel.from_pretrained(
+            AutoModelForCausalLM.from_pretrained(dev_models / "tiny-chat"), adapter
+        )
+        after = tuned(**ids).logits
+    assert not torch.allclose(before, after)
+    out = trainer.cli("training", "runs", "get", run["id"]).stdout
+    assert "Memory:" in out and "not available on CPU" in out
+    assert run["memory"]["host_peak"] > 0
+    assert "Data fit:" in out and "Rows truncated at maxSeqLength" in out
+    snapshots = trainer.cli_json("training", "runs", "snapshots", run["id"])
+    assert [s["name"] for s in snapshots] == ["step-4", "step-8"]
+
+
+def test_data_fit_equals_an_independent_count(trainer: TrainerProcess, dev_models: Path) -> None:
+    run = run_to_end(trainer, sft_plan(steps=2, maxSeqLength=SHORT))
+    tokenizer = AutoTokenizer.from_pretrained(dev_models / "tiny-chat")
+    truncated = answers = dropped = 0
+    rows = [json.loads(line) for line in (EXAMPLES / "arithmetic.jsonl").read_text().splitlines()]
+    for row in rows:
+        encoded = tokenizer.apply_chat_template(
+            row["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
+        ids, mask = encoded["input_ids"], encoded["assistant_masks"]
+        truncated += len(ids) > SHORT
+        if any(mask[:SHORT]):
+            answers += any(mask[SHORT:])
+        else:
+            dropped += 1
+    fit = run["dataFit"]
+    assert (fit["rowsTruncated"], fit["answersTruncated"], fit["rowsDropped"]) == (
+        truncated,
+        answers,
+        dropped,
+    )
+    assert truncated > 0
+
+
+def test_pause_and_resume_continue_the_same_loss_curve(trainer: TrainerProcess) -> None:
+    # Long enough (a few seconds) that the pause lands in the middle of training.
+    straight = run_to_end(trainer, sft_plan(steps=150))
+    path = write_plan(trainer, sft_plan(steps=150), "paused.yaml")
+    run_id = trainer.cli_json("training", "runs", "start", "-f", str(path))["id"]
+    wait_for(trainer, run_id, lambda r: r["progress"]["observedStep"] >= 3, timeout=300)
+    trainer.cli("training", "runs", "pause", run_id, "--checkpoint", "save")
+    paused = wait_phase(trainer, run_id, "PAUSED", timeout=300)
+    assert paused["progress"]["savedStep"] == paused["progress"]["observedStep"]
+    trainer.cli("training", "runs", "resume", run_id)
+    wait_phase(trainer, run_id, "COMPLETED", timeout=300)
+    one = trainer.cli_json("training", "runs", "metrics", straight["id"], "--fields", "loss")[
+        "steps"
+    ]
+    two = trainer.cli_json("training", "runs", "metrics", run_id, "--fields", "loss")["steps"]
+    assert [s["step"] for s in two] == list(range(1, 151))
+    assert {s["attempt"] for s in two} == {1, 2}
+    assert [s["loss"] for s in two] == pytest.approx([s["loss"] for s in one], rel=1e-3)
+
+
+@pytest.mark.parametrize("method", ["grpo", "gspo"])
+def test_reinforcement_keeps_every_rollout_and_its_figures_match_them(
+    trainer: TrainerProcess, method: str
+) -> None:
+    run = run_to_end(trainer, rl_plan(method))
+    assert run["phase"] == "COMPLETED"
+    data = trainer.cli_json("training", "runs", "rollouts", run["id"], "--step", "1")
+    assert data["steps"] == [1, 2, 3, 4]
+    metrics = {
+        s["step"]: s for s in trainer.cli_json("training", "runs", "metrics", run["id"])["steps"]
+    }
+    for step in data["steps"]:
+        kept = trainer.cli_json("training", "runs", "rollouts", run["id"], "--step", str(step))
+        rollouts = kept["rollouts"]
+        assert kept["count"] == len(rollouts) == 2 * 4
+        scores = [r["score"] for r in rollouts]
+        figures = metrics[step]
+        # The published figures, recomputed from the stored rollouts.
+        assert figures["reward/mean"] == pytest.approx(statistics.fmean(scores))
+        assert figures["reward/std"] == pytest.approx(statistics.pstdev(scores))
+        assert figures["reward/max"] == pytest.approx(max(scores))
+        for term in ("format", "correct"):
+            shares = [r["shares"][term] for r in rollouts]
+            assert figures[f"terms/{term}/share_mean"] == pytest.approx(statistics.fmean(shares))
+            assert figures[f"terms/{term}/share_std"] == pytest.approx(statistics.pstdev(shares))
+        lengths = [r["completionTokens"] for r in rollouts]
+        assert figures["completions/min_length"] == min(lengths)
+        assert figures["completions/max_length"] == max(lengths)
+    worst = trainer.cli_json("training", "runs", "rollouts", run["id"], "--worst", "3")["rollouts"]
+    best = trainer.cli_json("training", "runs", "rollouts", run["id"], "--best", "3")["rollouts"]
+    last = trainer.cli_json("training", "runs", "rollouts", run["id"])
+    assert last["step"] == 4
+    everything = sorted(r["score"] for r in last["rollouts"])
+    assert [r["score"] for r in worst] == everything[:3]
+    assert [r["score"] for r in best] == sorted(everything, reverse=True)[:3]
+    table = trainer.cli("training", "runs", "rollouts", run["id"], "--worst", "3").stdout
+    assert "lowest score first" in table and "What is" in table
+    # The stored file is the record: it reads back the same rollouts.
+    key = run["id"]
+    stored = read_step_file(
+        (trainer.home / "blobs" / f"runs/{key}/rollouts/step-4.parquet").read_bytes()
+    )
+    assert sorted(r.score for r in stored) == everything
+
+
+def test_an_sft_run_has_no_rollouts(trainer: TrainerProcess) -> None:
+    runs = [r for r in trainer.cli_json("training", "runs", "list") if r["method"] == "sft"]
+    out = trainer.cli("training", "runs", "rollouts", runs[0]["id"]).stdout
+    assert "only grpo and gspo runs keep rollouts" in out
+
+
+def test_an_image_text_adapter_covers_only_the_language_backbone(trainer: TrainerProcess) -> None:
+    plan = sft_plan(steps=2)
+    plan["baseModel"] = "tiny-vision"
+    plan["config"]["dataset"] = "demo/pictures"
+    run = run_to_end(trainer, plan)
+    modules = run["results"]["adapterModules"]
+    assert modules and not any("vision" in m or "audio" in m for m in modules)
+    warm = rl_plan("grpo", steps=2, source={"run": run["id"]})
+    warm["baseModel"] = "tiny-vision"
+    assert run_to_end(trainer, warm)["phase"] == "COMPLETED"
+
+
+def test_grpo_warm_starts_from_an_sft_adapter(trainer: TrainerProcess) -> None:
+    sft = next(
+        r
+        for r in trainer.cli_json("training", "runs", "list", "--phase", "COMPLETED")
+        if r["method"] == "sft" and r["baseModel"] == "tiny-chat"
+    )
+    run = run_to_end(trainer, rl_plan("grpo", steps=2, source={"run": sft["id"]}))
+    assert run["phase"] == "COMPLETED"
+    assert run["source"] == {"run": sft["id"], "snapshot": None, "kind": "warm-start"}
+
+
+def test_job_and_service_metrics_reach_the_collector(
+    trainer: TrainerProcess, receiver: OtlpReceiver
+) -> None:
+    runs = trainer.cli_json("training", "runs", "list", "--phase", "COMPLETED")
+    sft = next(r for r in runs if r["method"] == "sft")
+    counter = receiver.wait_for_metric(
+        names.PREFIX + "sft.step.count",
+        lambda m: m.resource.get(names.RUN_ID) == sft["id"],
+        timeout=30,
+    )
+    assert counter.kind == "sum" and counter.monotonic
+    assert counter.resource[names.PROJECT] == "demo"
+    assert counter.resource[names.RUN_ATTEMPT] == 1
+    assert max(p.value or 0 for p in counter.points) == sft["progress"]["observedStep"]
+    assert (
+        prometheus_name(metric(names.PREFIX + "sft.step.count"))
+        == "akka_optimize_training_sft_step_count_total"
+    )
+    grpo = next(r for r in runs if r["method"] == "grpo")
+    timing = receiver.wait_for_metric(
+        names.PREFIX + "rl.step.timing",
+        lambda m: m.resource.get(names.RUN_ID) == grpo["id"],
+        timeout=30,
+    )
+    assert timing.kind == "histogram" and timing.unit == "s"
+    phases = {p.attributes.get(names.PREFIX + "step.phase") for p in timing.points}
+    assert {"generation", "reward", "update"} <= phases
+    declared = receiver.wait_for_metric(names.PREFIX + "pool.devices.declared", timeout=40)
+    point = declared.point({names.POOL_NAME: "default"})
+    assert point is not None and point.value == 1
+    assert names.RUN_ID not in point.attributes
+    # The job's spans join the run's trace.
+    submit = receiver.wait_for_span(
+        names.PREFIX + "run.submit",
+        lambda s: s.attributes.get(names.RUN_ID) == sft["id"],
+        timeout=30,
+    )
+    job = receiver.wait_for_span(
+        names.PREFIX + "job", lambda s: s.resource.get(names.RUN_ID) == sft["id"], timeout=30
+    )
+    assert job.trace_id == submit.trace_id
+
+
+def test_the_prometheus_endpoint(trainer: TrainerProcess) -> None:
+    text = httpx.get(f"{trainer.url}/metrics").text
+    assert "akka_optimize_training_pool_devices_declared{" in text
+    assert 'akka_optimize_training_pool_name="default"' in text
+
+
+def test_the_grafana_link_carries_a_token_that_verifies_and_expires_when_printed(
+    trainer: TrainerProcess,
+) -> None:
+    run = trainer.cli_json("training", "runs", "list")[0]
+    link = trainer.cli_json("training", "runs", "grafana", run["id"])
+    url = httpx.URL(link["url"])
+    assert url.host == "grafana.example.invalid"
+    assert url.params["var-run"] == run["id"] and url.params["var-project"] == "demo"
+    token = url.params["auth_token"]
+    jwks = httpx.get(f"{trainer.url}/v1/grafana/jwks").json()
+    key = jwt.PyJWKSet.from_dict(jwks)[jwt.get_unverified_header(token)["kid"]]
+    claims = jwt.decode(token, key.key, algorithms=["RS256"])
+    assert claims["project"] == "demo"
+    assert claims["exp"] == int(datetime.fromisoformat(link["expiresAt"]).timestamp())
+    assert claims["exp"] - claims["iat"] == 900
+    text = trainer.cli("training", "runs", "grafana", run["id"])
+    assert text.stdout.startswith("http://grafana.example.invalid/d/")
+    assert "until" in text.stderr
+
+
+def test_a_job_over_its_host_memory_fails_with_the_host_memory_reason(
+    trainer_factory: Any, dev_models: Path
+) -> None:
+    catalog = read_catalog(dev_models)
+    for model in catalog:
+        for envelope in model["envelopes"]:
+            envelope["hostMemoryGib"] = 0.25
+    t = trainer_factory(
+        {
+            "trainer": {
+                "catalog": catalog,
+                "local": {"enforce-host-memory": True},
+                "controller": {"interval-seconds": 0.2},
+            }
+        }
+    )
+    ensure_project(t, "demo")
+    t.cli(
+        "training",
+        "datasets",
+        "register",
+        "demo/arithmetic",
+        "-f",
+        str(EXAMPLES / "arithmetic.jsonl"),
+    )
+    path = write_plan(t, sft_plan(steps=2))
+    run_id = t.cli_json("training", "runs", "start", "-f", str(path))["id"]
+    failed = wait_phase(t, run_id, "FAILED", timeout=300)
+    assert failed["failure"]["code"] == "host-oom"
+    assert "ran out of host memory" in failed["failure"]["firstLine"]
