@@ -156,6 +156,9 @@ class HttpReporter:
         while True:
             try:
                 response = self._client.post(f"{self._base}/{kind}", json=body)
+            except (httpx.LocalProtocolError, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+                # A request this job cannot even send (a bad token or URL) will not get better.
+                raise ReportNotDelivered(f"the {kind} report cannot be sent: {exc}") from exc
             except httpx.HTTPError as exc:
                 error: str = str(exc) or type(exc).__name__
             else:
