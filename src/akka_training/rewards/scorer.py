@@ -2,7 +2,9 @@
 
 `RewardScorer.score` runs each (rollout, term) pair as one task on an asyncio loop, at most
 `max_concurrency` at once: remote terms (judge, http) are awaited on the loop with one shared
-HTTP client; the others run in a thread pool. Limits, so that nothing blocks forever:
+HTTP client; rule terms run in a thread pool. Cheap terms (regex, length, match but for its math
+mode) run over the whole batch in one worker call each, as a thread hand-off per rollout would
+cost more than the term. Limits, so that nothing blocks forever:
 
 - a remote term enforces its own ``timeoutSeconds``;
 - a thread-pool term gets `sync_timeout_seconds` (a Python thread cannot be stopped, so a rule
@@ -15,10 +17,12 @@ A term's failure scores 0 for that term and is counted; `score` never raises bec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import ssl
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -64,6 +68,10 @@ class RewardScorer:
         self._threads = ThreadPoolExecutor(
             max_workers=min(max_concurrency, MAX_THREADS), thread_name_prefix="reward-term"
         )
+        # Loading the CA certificates takes tens of milliseconds: once per scorer, not per batch.
+        self._ssl: ssl.SSLContext | None = None
+        if any(isinstance(g, AsyncGrader) for g in self.graders):
+            self._ssl = ssl.create_default_context()
 
     @classmethod
     def from_reward(
@@ -100,14 +108,21 @@ class RewardScorer:
         )
         results: dict[tuple[int, str], _Result] = {}
         began: dict[tuple[int, str], float] = {}
-        async with httpx.AsyncClient(limits=limits) as client:
+        batched = [g for g in self.graders if isinstance(g, SyncGrader) and g.batched]
+        single = [g for g in self.graders if g not in batched]
+        remote = any(isinstance(g, AsyncGrader) for g in single)
+        async with _client(limits, remote, self._ssl) as client:
             tasks = {
                 asyncio.ensure_future(
                     self._one(i, grader, rollout, client, gate, began, results)
                 ): (i, grader.name)
                 for i, rollout in enumerate(batch)
-                for grader in self.graders
+                for grader in single
             }
+            if batched:
+                await asyncio.gather(
+                    *(self._whole_batch(g, batch, began, results) for g in batched)
+                )
             if tasks:
                 _, pending = await asyncio.wait(tasks, timeout=self.batch_timeout_seconds)
                 for task in pending:
@@ -125,6 +140,49 @@ class RewardScorer:
                         now - began.get(key, now),
                     )
         return self._assemble(len(batch), results, time.perf_counter() - started)
+
+    async def _whole_batch(
+        self,
+        grader: SyncGrader,
+        batch: Sequence[RolloutInput],
+        began: dict[tuple[int, str], float],
+        results: dict[tuple[int, str], _Result],
+    ) -> None:
+        """Evaluate a batched grader over the whole batch in one worker call; rollouts it has
+        not reached when `sync_timeout_seconds` runs out fail with ``timeout``."""
+
+        def work() -> None:
+            for i, rollout in enumerate(batch):
+                key = (i, grader.name)
+                start = began[key] = time.perf_counter()
+                try:
+                    outcome = grader.evaluate(rollout)
+                    if not math.isfinite(outcome.value):
+                        raise TermFailed(FailureCause.ERROR, f"the term's value is {outcome.value}")
+                    results[key] = _Result(outcome, None, time.perf_counter() - start)
+                except TermFailed as failure:
+                    results[key] = _Result.failed(failure, time.perf_counter() - start)
+                except Exception as exc:
+                    broken = TermFailed(FailureCause.ERROR, f"{type(exc).__name__}: {exc}")
+                    results[key] = _Result.failed(broken, time.perf_counter() - start)
+
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(
+                loop.run_in_executor(self._threads, work), self.sync_timeout_seconds
+            )
+        except TimeoutError:
+            now = time.perf_counter()
+            for i in range(len(batch)):
+                key = (i, grader.name)
+                if key not in results:
+                    results[key] = _Result.failed(
+                        TermFailed(
+                            FailureCause.TIMEOUT,
+                            f"the term took longer than {self.sync_timeout_seconds:g} s",
+                        ),
+                        now - began.get(key, now),
+                    )
 
     def close(self) -> None:
         """Release the graders' workers and the thread pool (without waiting for a stuck
@@ -144,7 +202,7 @@ class RewardScorer:
         index: int,
         grader: Grader,
         rollout: RolloutInput,
-        client: httpx.AsyncClient,
+        client: httpx.AsyncClient | None,
         gate: asyncio.Semaphore,
         began: dict[tuple[int, str], float],
         results: dict[tuple[int, str], _Result],
@@ -165,7 +223,7 @@ class RewardScorer:
             results[key] = result
 
     async def _evaluate(
-        self, grader: Grader, rollout: RolloutInput, client: httpx.AsyncClient
+        self, grader: Grader, rollout: RolloutInput, client: httpx.AsyncClient | None
     ) -> TermOutcome:
         if isinstance(grader, SyncGrader):
             loop = asyncio.get_running_loop()
@@ -177,7 +235,7 @@ class RewardScorer:
                     FailureCause.TIMEOUT,
                     f"the term took longer than {self.sync_timeout_seconds:g} s",
                 ) from None
-        assert isinstance(grader, AsyncGrader)
+        assert isinstance(grader, AsyncGrader) and client is not None
         return await grader.evaluate(rollout, client)
 
     def _assemble(
@@ -230,3 +288,15 @@ class _Result:
     def failed(cls, failure: TermFailed, seconds: float) -> _Result:
         outcome = TermOutcome(0.0, failure.detail, failure.prompt_tokens, failure.completion_tokens)
         return cls(outcome, failure.cause, seconds)
+
+
+@contextlib.asynccontextmanager
+async def _client(
+    limits: httpx.Limits, needed: bool, context: ssl.SSLContext | None
+) -> AsyncIterator[httpx.AsyncClient | None]:
+    """The batch's HTTP client for remote terms; none when the batch has no remote term."""
+    if not needed:
+        yield None
+        return
+    async with httpx.AsyncClient(limits=limits, verify=context or True) as client:
+        yield client

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import queue
 import threading
 import time
 from collections.abc import Mapping
@@ -100,16 +101,57 @@ class TensorBoardSink:
                 self._closed = True
 
 
+class BackgroundSinks:
+    """Writes to other sinks from a thread of its own, so that a training step never waits for
+    a file. `flush` and `close` wait until everything queued was written."""
+
+    def __init__(self, sinks: list[Sink]) -> None:
+        self.sinks = sinks
+        self._queue: queue.Queue[tuple[str, int, dict[str, float]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._write, name="akka-sinks", daemon=True)
+        self._thread.start()
+
+    def log_dict(self, kind: str, step: int, figures: Mapping[str, float]) -> None:
+        self._queue.put((kind, step, dict(figures)))
+
+    def flush(self) -> None:
+        self._queue.join()
+        for sink in self.sinks:
+            sink.flush()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        for sink in self.sinks:
+            sink.close()
+
+    def _write(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                for sink in self.sinks:
+                    try:
+                        sink.log_dict(*item)
+                    except Exception:  # a full disk must not stop training
+                        log.exception("writing step figures to %s failed", type(sink).__name__)
+            finally:
+                self._queue.task_done()
+
+
 def open_sinks(directory: Path, *, tensorboard: bool = True) -> list[Sink]:
-    """The job's file sinks. TensorBoard is skipped, with a warning, when tensorboard is not
-    installed (a service-only installation); metrics.jsonl is always written."""
+    """The job's file sinks, written from a background thread. TensorBoard is skipped, with a
+    warning, when tensorboard is not installed (a service-only installation); metrics.jsonl is
+    always written."""
     sinks: list[Sink] = [JsonlSink(directory)]
     if tensorboard:
         try:
             sinks.append(TensorBoardSink(directory))
         except ImportError as exc:
             log.warning("TensorBoard files are off: tensorboard is not installed (%s)", exc)
-    return sinks
+    return [BackgroundSinks(sinks)]
 
 
 def _finite(value: float) -> float | None:

@@ -37,6 +37,11 @@ class Grader(abc.ABC):
 
 
 class SyncGrader(Grader):
+    # True for terms whose cost per rollout is far below a thread hand-off (a regex, a length,
+    # a string match): the scorer then evaluates the whole batch in one worker call, under one
+    # time limit, instead of one call per rollout.
+    batched: bool = False
+
     @abc.abstractmethod
     def evaluate(self, rollout: RolloutInput) -> TermOutcome:
         """Score one rollout; runs in a worker thread."""

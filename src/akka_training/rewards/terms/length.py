@@ -15,6 +15,7 @@ from akka_training.rewards.terms.base import SyncGrader
 
 class LengthGrader(SyncGrader):
     kind = "length"
+    batched = True
 
     def __init__(self, spec: LengthTerm) -> None:
         super().__init__(spec.name, spec.weight)

@@ -40,6 +40,7 @@ class MatchGrader(SyncGrader):
     def __init__(self, spec: MatchTerm, *, math_checker: MathChecker | None = None) -> None:
         super().__init__(spec.name, spec.weight)
         self.mode = spec.mode
+        self.batched = spec.mode != "math"
         # Only the math mode needs sympy workers; they start on the first symbolic comparison.
         self._owns_math = spec.mode == "math" and math_checker is None
         self._math = MathChecker() if self._owns_math else math_checker

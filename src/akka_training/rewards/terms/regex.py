@@ -15,6 +15,7 @@ from akka_training.rewards.terms.base import SyncGrader
 
 class RegexGrader(SyncGrader):
     kind = "regex"
+    batched = True
 
     def __init__(self, spec: RegexTerm) -> None:
         super().__init__(spec.name, spec.weight)
