@@ -333,6 +333,16 @@ def test_job_and_service_metrics_reach_the_collector(
         names.PREFIX + "job", lambda s: s.resource.get(names.RUN_ID) == sft["id"], timeout=30
     )
     assert job.trace_id == submit.trace_id
+    for name in ("run.admit", "job.launch"):
+        span = receiver.wait_for_span(
+            names.PREFIX + name, lambda s: s.attributes.get(names.RUN_ID) == sft["id"], timeout=30
+        )
+        assert span.trace_id == submit.trace_id
+    for name in ("job.prepare", "job.step", "job.snapshot.save"):
+        span = receiver.wait_for_span(
+            names.PREFIX + name, lambda s: s.resource.get(names.RUN_ID) == sft["id"], timeout=30
+        )
+        assert span.trace_id == submit.trace_id and span.parent_span_id == job.span_id
 
 
 def test_the_prometheus_endpoint(trainer: TrainerProcess) -> None:

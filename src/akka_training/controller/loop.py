@@ -30,7 +30,7 @@ from akka_training.core.phases import TERMINAL, Phase
 from akka_training.scheduler.admission import PoolState, Waiting, admit, free_device_ids
 from akka_training.server.context import AppContext
 from akka_training.storage.models import Attempt, Claim, Project, Run
-from akka_training.telemetry.catalog import RUN_ATTEMPT
+from akka_training.telemetry.catalog import POOL_NAME, RUN_ATTEMPT
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,10 @@ class Controller:
                 claim.state = "GRANTED"
                 claim.device_ids = list(grant.device_ids)
                 claim.granted_at = now
+                run = session.get(Run, claim.run_id)
+                if self.ctx.telemetry is not None and run is not None:
+                    with self.ctx.telemetry.span("run.admit", run, **{POOL_NAME: claim.pool}):
+                        pass
 
     def _runs_needing_work(self) -> list[str]:
         with self.ctx.db.session() as session:

@@ -7,6 +7,7 @@ reports through `job.reporter` and writes under `job.artifacts` and `job.store`;
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from akka_training.engines.bundles import BundleResolver
 from akka_training.engines.reporter import HttpReporter
 from akka_training.engines.watchdog import StallWatchdog
 from akka_training.telemetry.job_metrics import JobTelemetry
+from akka_training.telemetry.tracing import Tracing
 
 
 @dataclass
@@ -30,6 +32,10 @@ class JobContext:
     telemetry: JobTelemetry | None = None
     # Unpacks the scoring bundles the config's rule terms and tools name.
     bundles: BundleResolver | None = None
+    # The job's spans (children of its root span `job`).
+    tracing: Tracing | None = None
+    # When the job started (time.time()), for its `job.prepare` span.
+    started_at: float = field(default_factory=time.time)
 
     @property
     def artifacts(self) -> Path:

@@ -89,7 +89,7 @@ def run_job(spec: JobSpec, reporter: HttpReporter, workdir: Path) -> int:
         placement = current_placement()
         reporter.started(placement)
         job.telemetry = _open_telemetry(job, placement)
-        tracing = Tracing(
+        tracing = job.tracing = Tracing(
             JOB_SERVICE,
             job_resource_from_spec(spec, pod=placement.pod, node=placement.node),
             spec.telemetry.collector_endpoint,

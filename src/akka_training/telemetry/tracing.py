@@ -95,6 +95,21 @@ class Tracing:
         ) as current:
             yield current
 
+    def record(
+        self,
+        name: str,
+        start_s: float,
+        end_s: float,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> None:
+        """A span that already happened (from `start_s` to `end_s`, `time.time()` seconds), as
+        a child of the current span: a training step is known only once it ended."""
+        c.span(name)
+        span = self._tracer.start_span(
+            name, attributes=dict(attributes or {}), start_time=int(start_s * 1e9)
+        )
+        span.end(end_time=int(end_s * 1e9))
+
     def traceparent(self) -> str | None:
         """The W3C traceparent of the current span, to hand to a job; None outside a span."""
         carrier: dict[str, str] = {}

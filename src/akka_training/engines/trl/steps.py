@@ -27,6 +27,7 @@ from akka_training.engines.context import JobContext, snapshot_name
 from akka_training.engines.flops import mfu
 from akka_training.engines.memory import StepMemory
 from akka_training.engines.snapshots import upload_snapshot
+from akka_training.telemetry import catalog as names
 from akka_training.telemetry.figures import Kind
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class StepReporting(TrainerCallback):
         self.stopped = False
         self.last: dict[str, float] = {}
         self._ready = clock()
+        self._wall_ready = time.time()
         self._pending: set[str] = set()
         self._figures: dict[str, float] = {}
         self._logs: dict[str, float] = {}
@@ -83,6 +85,8 @@ class StepReporting(TrainerCallback):
     ) -> None:
         if self.job.telemetry is not None:
             self.job.telemetry.training(self.kind)
+        if self.job.tracing is not None:
+            self.job.tracing.record(names.PREFIX + "job.prepare", self.job.started_at, time.time())
         self._begin_step()
 
     def on_step_end(
@@ -150,12 +154,18 @@ class StepReporting(TrainerCallback):
             return
         checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         step = state.global_step
+        began = time.time()
         report = upload_snapshot(
             self.job.store, self.job.snapshot_prefix(step), snapshot_name(step), step, checkpoint
         )
         self._snapshot = report
         _remove_older(checkpoint)
         self._figures["timing/save"] = self.clock() - self._hook_done
+        if self.job.tracing is not None:
+            attributes = {names.STEP: step, names.SNAPSHOT: report.name}
+            self.job.tracing.record(
+                names.PREFIX + "job.snapshot.save", began, time.time(), attributes
+            )
         self._done("save", control)
 
     def on_train_end(
@@ -214,6 +224,13 @@ class StepReporting(TrainerCallback):
             self._snapshot = None
         if self.job.watchdog is not None:
             self.job.watchdog.progress()
+        if self.job.tracing is not None:
+            self.job.tracing.record(
+                names.PREFIX + "job.step",
+                self._wall_ready,
+                time.time(),
+                {names.STEP: state.global_step},
+            )
         self._pending = set()
         if self._stop_after_save or self.job.reporter.action == "stop":
             # Told to stop at the last step, the run has finished all the same.
@@ -224,6 +241,7 @@ class StepReporting(TrainerCallback):
     def _begin_step(self) -> None:
         self.memory.begin()
         self._ready = self.clock()
+        self._wall_ready = time.time()
 
 
 def _before_the_end(state: TrainerState) -> bool:
