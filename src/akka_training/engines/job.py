@@ -34,7 +34,7 @@ from akka_training.engines.bundles import bundle_resolver
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.failures import classify_failure
 from akka_training.engines.offline import stay_offline
-from akka_training.engines.placement import current_placement
+from akka_training.telemetry.placement import detect_placement
 from akka_training.engines.reporter import HttpReporter, StaleAttempt
 from akka_training.engines.snapshots import upload_adapter
 from akka_training.engines.watchdog import StallWatchdog
@@ -86,7 +86,7 @@ def run_job(spec: JobSpec, reporter: HttpReporter, workdir: Path) -> int:
     tracing: Tracing | None = None
     try:
         # Setup
-        placement = current_placement()
+        placement = detect_placement()
         reporter.started(placement)
         job.telemetry = _open_telemetry(job, placement)
         tracing = job.tracing = Tracing(

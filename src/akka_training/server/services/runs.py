@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from akka_training.controller.transitions import event, move, open_claim, release_claim
+from akka_training.core.documents import deep_merge
 from akka_training.core.errors import Conflict, InvalidRequest, NotFound
 from akka_training.core.parsing import parse_model, parse_plan
 from akka_training.core.phases import TERMINAL, Phase
@@ -200,7 +201,7 @@ def derive(
     for key in ("submissionId", "source"):
         document.pop(key, None)
     if overrides:
-        document = _merge(document, overrides)
+        document = deep_merge(document, overrides)
     document["source"] = {"run": source.id, "snapshot": snapshot, "restore": restore}
     if steps is not None:
         section = "rlHyperparams" if document["config"]["method"] in RL_METHODS else "hyperparams"
@@ -292,16 +293,6 @@ def _matches(key: str, pattern: str) -> bool:
         or key.startswith(pattern.rstrip("*").rstrip("/") + "/")
         or (pattern.endswith("*") and key.startswith(pattern[:-1]))
     )
-
-
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _by_submission(session: Session, project: str, submission_id: str) -> Run | None:
