@@ -34,13 +34,13 @@ from akka_training.engines.bundles import bundle_resolver
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.failures import classify_failure
 from akka_training.engines.offline import stay_offline
-from akka_training.telemetry.placement import detect_placement
 from akka_training.engines.reporter import HttpReporter, StaleAttempt
 from akka_training.engines.snapshots import upload_adapter
 from akka_training.engines.watchdog import StallWatchdog
 from akka_training.telemetry import catalog as names
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.telemetry.otel import JOB_SERVICE, job_resource_from_spec
+from akka_training.telemetry.placement import detect_placement
 from akka_training.telemetry.tracing import Tracing, job_traceparent
 
 log = logging.getLogger("akka_training.job")
