@@ -296,7 +296,8 @@ def test_job_and_service_metrics_reach_the_collector(
     trainer: TrainerProcess, receiver: OtlpReceiver
 ) -> None:
     runs = trainer.cli_json("training", "runs", "list", "--phase", "COMPLETED")
-    sft = next(r for r in runs if r["method"] == "sft")
+    # The first test's run: 8 steps, with snapshots at 4 and 8.
+    sft = next(r for r in runs if r["method"] == "sft" and r["progress"]["observedStep"] == 8)
     counter = receiver.wait_for_metric(
         names.PREFIX + "sft.step.count",
         lambda m: m.resource.get(names.RUN_ID) == sft["id"],
