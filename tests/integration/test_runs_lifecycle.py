@@ -35,7 +35,8 @@ def trainer(trainer_factory: Any) -> Any:
 
 
 def test_two_runs_compete_for_one_device_and_run_one_after_the_other(trainer: Any) -> None:
-    first = start_run(trainer, sft_plan("maths", "maths/train", steps=6))
+    # Long enough (about 8 s) that it is still training while the second one is looked at.
+    first = start_run(trainer, sft_plan("maths", "maths/train", steps=30))
     second = start_run(trainer, sft_plan("maths", "maths/train", steps=2))
     wait_phase(trainer, first, "TRAINING")
     queued = run_get(trainer, second)
