@@ -26,7 +26,6 @@ def attempt(**kw: object) -> AttemptView:
         next_try_at=None,
         outcome=None,
         stop_sent=False,
-        launched_at=NOW,
         heartbeat_at=NOW,
     )
     base.update(kw)
@@ -43,7 +42,6 @@ def view(phase: str, **kw: object) -> RunView:
         claim_created_at=NOW,
         last_step_at=NOW,
         stalled=False,
-        has_snapshot=False,
     )
     base.update(kw)
     return RunView(**base)  # type: ignore[arg-type]

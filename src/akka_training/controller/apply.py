@@ -19,9 +19,6 @@ from akka_training.storage.models import Attempt, Claim, RolloutStep, Run, Snaps
 def load_view(session: Session, run: Run) -> RunView:
     attempt = session.get(Attempt, (run.id, run.attempt)) if run.attempt else None
     claim = current_claim(session, run.id)
-    has_snapshot = session.scalar(
-        select(Snapshot.name).where(Snapshot.run_id == run.id, Snapshot.swept_at.is_(None)).limit(1)
-    )
     return RunView(
         id=run.id,
         phase=run.phase,
@@ -34,7 +31,6 @@ def load_view(session: Session, run: Run) -> RunView:
             next_try_at=attempt.next_try_at,
             outcome=attempt.outcome,
             stop_sent=attempt.stop_sent,
-            launched_at=attempt.launched_at,
             heartbeat_at=attempt.heartbeat_at,
         )
         if attempt
@@ -43,7 +39,6 @@ def load_view(session: Session, run: Run) -> RunView:
         claim_created_at=claim.created_at if claim else None,
         last_step_at=run.last_step_at,
         stalled=run.stalled_since is not None,
-        has_snapshot=has_snapshot is not None,
     )
 
 

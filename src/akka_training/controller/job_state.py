@@ -36,12 +36,8 @@ def ended(view: RunView, probe: Probe) -> Decision | None:
     if probe.status is None:
         return None
     if probe.status.state == "missing":
-        return Decision(
-            rule="requeue",
-            attempt_exited=True,
-            release_claim=True,
-            notes=["the cluster lost the job; it runs again from its last snapshot"],
-        )
+        # The cluster lost the job: it runs again from its last snapshot.
+        return Decision(rule="requeue", attempt_exited=True, release_claim=True)
     if probe.status.state != "exited":
         return None
     assert view.attempt is not None

@@ -222,7 +222,7 @@ class Controller:
         try:
             status: JobStatus = self.ctx.backend.status(attempt.handle)
         except ClusterUnreachable:
-            return Probe(unreachable=True, cluster_unreachable_since=self._unreachable_since)
+            return Probe(cluster_unreachable_since=self._unreachable_since)
         tail = ""
         if status.state == "exited" and attempt.outcome is None:
             try:

@@ -3,7 +3,7 @@ cluster said about the job. No rows, no clients: deciding needs no I/O."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +20,6 @@ class AttemptView:
     next_try_at: datetime | None
     outcome: str | None  # finished, stopped, failed (reported by the job)
     stop_sent: bool
-    launched_at: datetime | None
     heartbeat_at: datetime | None
 
 
@@ -34,16 +33,14 @@ class RunView:
     claim_created_at: datetime | None
     last_step_at: datetime | None
     stalled: bool
-    has_snapshot: bool
 
 
 @dataclass(frozen=True)
 class Probe:
-    """What the cluster said about the job this pass. `status` is None when not asked;
-    `unreachable` when it was asked and did not answer."""
+    """What the cluster said about the job this pass. `status` is None when it was not asked
+    or did not answer."""
 
     status: JobStatus | None = None
-    unreachable: bool = False
     log_tail: str = ""
     # Since when the cluster has not answered `observe` (None: it answers).
     cluster_unreachable_since: datetime | None = None
@@ -73,7 +70,6 @@ class Decision:
     attempt_exited: bool = False
     release_claim: bool = False
     stalled: bool | None = None
-    notes: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(

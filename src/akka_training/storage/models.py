@@ -234,8 +234,6 @@ class Claim(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     granted_at: Mapped[datetime | None] = mapped_column()
     released_at: Mapped[datetime | None] = mapped_column()
-    # Set while the cluster cannot be reached for this waiting claim.
-    unreachable_since: Mapped[datetime | None] = mapped_column()
 
 
 class Snapshot(Base):

@@ -125,6 +125,12 @@ def start_step(job: JobContext) -> int:
     return 0
 
 
+def warmup_steps(ratio: float, total_steps: int) -> float:
+    """The warmup TrainingArguments takes: it reads a float below 1 as a ratio of the total
+    steps (transformers 5 replaced `warmup_ratio` with a float `warmup_steps`)."""
+    return ratio if ratio < 1 else float(total_steps)
+
+
 def steps_for(epochs: float, max_steps: int | None, steps_per_epoch: int) -> int:
     """The optimizer steps a run trains: `max_steps` when set, else whole epochs' worth."""
     if max_steps is not None:

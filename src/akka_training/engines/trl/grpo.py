@@ -53,6 +53,7 @@ from akka_training.engines.trl.common import (
     start_step,
     steps_for,
     training_device,
+    warmup_steps,
 )
 from akka_training.engines.trl.rewards import StepRewards
 from akka_training.engines.trl.steps import StepReporting
@@ -151,7 +152,7 @@ def run(job: JobContext) -> Outcome:
         epsilon_high=clip.high,
         learning_rate=rl.optimizer.learning_rate,
         weight_decay=rl.optimizer.weight_decay,
-        warmup_steps=_warmup(rl.optimizer.warmup_ratio, total_steps),
+        warmup_steps=warmup_steps(rl.optimizer.warmup_ratio, total_steps),
         **_method_args(method),
     )
     rewards = StepRewards(
@@ -269,7 +270,3 @@ def _stop_ids(processing: Any, model: Any) -> set[int]:
     eos = getattr(model.generation_config, "eos_token_id", None)
     ids |= set(eos) if isinstance(eos, list) else {eos}
     return {i for i in ids if i is not None}
-
-
-def _warmup(ratio: float, total_steps: int) -> float:
-    return ratio if ratio < 1 else float(total_steps)

@@ -37,6 +37,7 @@ from akka_training.engines.trl.common import (
     start_step,
     steps_for,
     training_device,
+    warmup_steps,
 )
 from akka_training.engines.trl.steps import StepReporting
 
@@ -99,7 +100,7 @@ def run(job: JobContext) -> Outcome:
         gradient_accumulation_steps=training.gradient_accumulation,
         learning_rate=hp.optimizer.learning_rate,
         weight_decay=hp.optimizer.weight_decay,
-        warmup_steps=_warmup(hp.optimizer.warmup_ratio, total_steps),
+        warmup_steps=warmup_steps(hp.optimizer.warmup_ratio, total_steps),
         max_length=max_length,
         assistant_only_loss="messages" in examples[0],
         eval_strategy="steps" if eval_examples else "no",
@@ -172,8 +173,3 @@ def _check_fit(fit: DataFit) -> None:
             f"every row of the dataset was dropped: none keeps an answer token within "
             f"maxSeqLength {fit.max_seq_length}"
         )
-
-
-def _warmup(ratio: float, total_steps: int) -> float:
-    # TrainingArguments reads a float below 1 as a ratio of the total steps.
-    return ratio if ratio < 1 else float(total_steps)

@@ -225,7 +225,6 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("granted_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("released_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("unreachable_since", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["run_id"],
             ["runs.id"],
