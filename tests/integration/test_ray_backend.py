@@ -19,8 +19,8 @@ import pytest
 
 from akka_training.backends.base import LaunchRefused, LaunchRequest
 from akka_training.backends.ray import RayBackend
-from akka_training.server.pools import PoolSpec
-from akka_training.server.settings import RayBackend as RaySettings
+from akka_training.config.pools import PoolSpec
+from akka_training.config.settings import RayBackend as RaySettings
 from tests.integration.helpers import (
     ensure_project,
     register_dataset,

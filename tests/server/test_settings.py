@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from akka_training.server.settings import SettingsError, load_settings
+from akka_training.config.settings import SettingsError, load_settings
 
 
 def test_defaults_are_the_embedded_trainer(tmp_path: Path) -> None:

@@ -22,9 +22,9 @@ def serve(
     # Imported here so that the rest of the CLI starts without the service's dependencies.
     import uvicorn
 
+    from akka_training.config.settings import load_settings
+    from akka_training.deployment.context import build_context
     from akka_training.server.app import create_app
-    from akka_training.server.context import build_context
-    from akka_training.server.settings import load_settings
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

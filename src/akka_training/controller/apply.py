@@ -8,12 +8,18 @@ from typing import Any
 from sqlalchemy import delete, desc, select
 from sqlalchemy.orm import Session
 
-from akka_training.controller.transitions import event, move, open_claim, release_claim
 from akka_training.controller.views import AttemptView, Decision, RunView
 from akka_training.core.failures import FailureReason
 from akka_training.core.phases import Phase
 from akka_training.storage.db import Database
-from akka_training.storage.models import Attempt, Claim, RolloutStep, Run, Snapshot, Step
+from akka_training.storage.models import Attempt, RolloutStep, Run, Snapshot, Step
+from akka_training.storage.transitions import (
+    current_claim,
+    event,
+    move,
+    open_claim,
+    release_claim,
+)
 
 
 def load_view(session: Session, run: Run) -> RunView:
@@ -39,14 +45,6 @@ def load_view(session: Session, run: Run) -> RunView:
         claim_created_at=claim.created_at if claim else None,
         last_step_at=run.last_step_at,
         stalled=run.stalled_since is not None,
-    )
-
-
-def current_claim(session: Session, run_id: str) -> Claim | None:
-    return session.scalar(
-        select(Claim)
-        .where(Claim.run_id == run_id, Claim.state.in_(("QUEUED", "GRANTED")))
-        .order_by(desc(Claim.id))
     )
 
 

@@ -9,9 +9,9 @@ from sqlalchemy import select
 
 from akka_training.backends.base import LaunchRequest
 from akka_training.core.resolved import JobSpec, ResumePoint, Settings, Telemetry
-from akka_training.server.context import AppContext
-from akka_training.server.services.tokens import create_job_token
+from akka_training.deployment.context import AppContext
 from akka_training.storage.models import Attempt, Claim, Run, Snapshot
+from akka_training.storage.tokens import create_job_token
 
 SCRIPTED_JOB = "akka_training.testing.scripted_job"
 

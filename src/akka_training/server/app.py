@@ -9,9 +9,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from akka_training import __version__
+from akka_training.config.settings import Settings
 from akka_training.controller.loop import Controller
+from akka_training.deployment.context import AppContext, build_context
 from akka_training.server.bootstrap import bootstrap
-from akka_training.server.context import AppContext, build_context
 from akka_training.server.errors import install_error_handlers
 from akka_training.server.observability import Observability
 from akka_training.server.routers import (
@@ -26,7 +27,6 @@ from akka_training.server.routers import (
     system,
 )
 from akka_training.server.services.pipelines import advance_all
-from akka_training.server.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +37,15 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
         context = ctx or build_context(settings)
         bootstrap(context)
         app.state.ctx = context
-        context.telemetry = Observability(context)
-        context.controller = Controller(context)
-        context.controller.hooks.append(lambda: advance_all(context))
-        context.controller.start()
+        telemetry = app.state.telemetry = context.telemetry = Observability(context)
+        controller = context.controller = Controller(context)
+        controller.hooks.append(lambda: advance_all(context))
+        controller.start()
         try:
             yield
         finally:
-            context.controller.stop()
-            context.telemetry.shutdown()
+            controller.stop()
+            telemetry.shutdown()
             context.backend.close()
             context.db.dispose()
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter
@@ -12,8 +9,6 @@ from fastapi.responses import StreamingResponse
 
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.services import pipelines as service
-from akka_training.server.services.lookups import pipeline_for
-from akka_training.storage.models import Pipeline
 
 router = APIRouter(prefix="/v1/pipelines")
 
@@ -54,34 +49,8 @@ def resume(ref: str, ctx: Ctx, db: Db, caller: Caller) -> dict[str, Any]:
 
 
 @router.get("/{ref}/wait")
-def wait(
-    ref: str, ctx: Ctx, db: Db, caller: Caller, timeout: float | None = None
-) -> StreamingResponse:
+def wait(ref: str, ctx: Ctx, caller: Caller, timeout: float | None = None) -> StreamingResponse:
     """Line-delimited JSON: the pipeline each time a stage changes, ending with its final state."""
-    pipeline_id = pipeline_for(db, caller, ref).id
-
-    def lines() -> Iterator[bytes]:
-        last = None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with ctx.db.session() as session:
-                row = session.get(Pipeline, pipeline_id)
-                assert row is not None
-                body = service.pipeline_json(session, ctx, row)
-            stages = [(s["name"], s["run"], s["phase"]) for s in body["stages"]]
-            ended = body["state"] != "RUNNING"
-            timed_out = deadline is not None and time.monotonic() > deadline
-            if ended or timed_out:
-                yield (
-                    json.dumps(
-                        {"type": "pipeline", "timedOut": timed_out and not ended, "pipeline": body}
-                    )
-                    + "\n"
-                ).encode()
-                return
-            if stages != last:
-                last = stages
-                yield (json.dumps({"type": "progress", "pipeline": body}) + "\n").encode()
-            time.sleep(0.5)
-
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    return StreamingResponse(
+        service.wait_lines(ctx, caller, ref, timeout), media_type="application/x-ndjson"
+    )

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from akka_training.backends.base import ClusterUnreachable
-from akka_training.core.errors import ServiceUnavailable
-from akka_training.core.phases import TERMINAL, Phase
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.services import rollouts as rollouts_service
 from akka_training.server.services import runs as service
-from akka_training.server.services.lookups import run_for
-from akka_training.server.services.run_views import run_json
-from akka_training.storage.models import Attempt, Run
 
 router = APIRouter(prefix="/v1/runs")
 
@@ -140,82 +131,20 @@ def tree(run_ref: str, db: Db, caller: Caller) -> dict[str, Any]:
 
 @router.get("/{run_ref}/logs")
 def logs(
-    run_ref: str, ctx: Ctx, db: Db, caller: Caller, offset: int = 0, attempt: int | None = None
+    run_ref: str, ctx: Ctx, caller: Caller, offset: int = 0, attempt: int | None = None
 ) -> dict[str, Any]:
-    run = run_for(db, caller, run_ref)
-    number = attempt or run.attempt
-    row = db.get(Attempt, (run.id, number)) if number else None
-    if row is None or not row.handle:
-        return {
-            "run": run.id,
-            "attempt": number,
-            "text": "",
-            "offset": offset,
-            "open": run.phase not in TERMINAL,
-        }
-    try:
-        text, next_offset = ctx.backend.logs(row.handle, offset)
-    except ClusterUnreachable as exc:
-        raise ServiceUnavailable(
-            f"The training cluster does not answer, so the logs cannot be read: {exc}"
-        ) from exc
-    return {
-        "run": run.id,
-        "attempt": number,
-        "text": text,
-        "offset": next_offset,
-        "open": row.state != "exited" and Phase(run.phase) not in TERMINAL,
-    }
+    return service.logs(ctx, caller, run_ref, offset, attempt)
 
 
 @router.get("/{run_ref}/wait")
 def wait(
-    run_ref: str, ctx: Ctx, db: Db, caller: Caller, timeout: float | None = None, until: str = "end"
+    run_ref: str, ctx: Ctx, caller: Caller, timeout: float | None = None, until: str = "end"
 ) -> StreamingResponse:
     """Line-delimited JSON: the run's events as they happen, ending with the full record once
     the run ends (or pauses, with until=rest), or at the timeout."""
-    run = run_for(db, caller, run_ref)
-    run_id = run.id
-    stop_phases = set(TERMINAL) | ({Phase.PAUSED} if until == "rest" else set())
-
-    def lines() -> Iterator[bytes]:
-        after = 0
-        step = -1
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with ctx.db.session() as session:
-                for e in service.events(session, run_id, after):
-                    after = e["id"]
-                    yield (json.dumps({"type": "event", **e}) + "\n").encode()
-                current = session.get(Run, run_id)
-                assert current is not None
-                if current.observed_step != step:
-                    step = current.observed_step
-                    yield (
-                        json.dumps(
-                            {
-                                "type": "progress",
-                                "phase": current.phase,
-                                "step": step,
-                                "totalSteps": current.total_steps,
-                            }
-                        )
-                        + "\n"
-                    ).encode()
-                done = Phase(current.phase) in stop_phases
-                timed_out = deadline is not None and time.monotonic() > deadline
-                if done or timed_out:
-                    record = run_json(session, ctx, current)
-                    yield (
-                        json.dumps(
-                            {"type": "run", "timedOut": timed_out and not done, "run": record}
-                        )
-                        + "\n"
-                    ).encode()
-                    return
-            time.sleep(0.5)
-
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    return StreamingResponse(
+        service.wait_lines(ctx, caller, run_ref, timeout, until), media_type="application/x-ndjson"
+    )
 
 
 def _wake(ctx: Any) -> None:

@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 
 from akka_training.core.errors import InvalidRequest, NotFound, PayloadTooLarge
 from akka_training.core.refs import BadReference, parse_ref
+from akka_training.deployment.context import AppContext
 from akka_training.rewards.bundles import pack_bundle
 from akka_training.server.auth import Principal
-from akka_training.server.context import AppContext
 from akka_training.server.services.projects import get_project_row
 from akka_training.storage.models import Bundle
 

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from akka_training.server.context import AppContext
+from akka_training.deployment.context import AppContext
 from akka_training.storage.models import Claim, Project
 
 
@@ -41,7 +41,8 @@ class PoolUse:
 
 
 def pool_usage(session: Session, ctx: AppContext) -> list[PoolUse]:
-    observed = ctx.controller.observed() if ctx.controller is not None else _observe_now(ctx)
+    # What the controller last saw; without a running controller nothing was observed.
+    observed = ctx.controller.observed() if ctx.controller is not None else None
     open_claims = list(session.scalars(select(Claim).where(Claim.state.in_(("QUEUED", "GRANTED")))))
     out = []
     for pool in ctx.pools:
@@ -116,12 +117,3 @@ def capacity(session: Session, ctx: AppContext, project: str | None) -> dict[str
             }
         )
     return {"pools": pools, "claims": claims, "projects": projects}
-
-
-def _observe_now(ctx: AppContext) -> dict[str, Any] | None:
-    from akka_training.backends.base import ClusterUnreachable
-
-    try:
-        return ctx.backend.observe()
-    except ClusterUnreachable:
-        return None

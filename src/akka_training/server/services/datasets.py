@@ -22,8 +22,8 @@ from starlette.concurrency import run_in_threadpool
 
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound
 from akka_training.core.refs import BadReference, Ref, parse_ref, valid_name
+from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
-from akka_training.server.context import AppContext
 from akka_training.server.dataset_intake import Intake, receive_dataset
 from akka_training.server.services.projects import get_project_row
 from akka_training.storage.models import DatasetAlias, DatasetVersion

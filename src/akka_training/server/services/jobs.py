@@ -9,7 +9,6 @@ from pydantic import BaseModel
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from akka_training.controller.transitions import event, move
 from akka_training.core.errors import Conflict, Forbidden, InvalidRequest
 from akka_training.core.failures import FailureReason
 from akka_training.core.parsing import parse_model
@@ -28,6 +27,7 @@ from akka_training.core.reports import (
 )
 from akka_training.server.auth import Principal
 from akka_training.storage.models import Attempt, RolloutStep, Run, Snapshot, Step
+from akka_training.storage.transitions import event, move
 
 REPORTS: dict[str, type[BaseModel]] = {
     "started": StartedReport,

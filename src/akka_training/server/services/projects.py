@@ -7,10 +7,10 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from akka_training.config.settings import ProjectQuota
 from akka_training.core.errors import Conflict, InvalidRequest, NotFound
 from akka_training.core.refs import valid_name
 from akka_training.server.auth import Principal
-from akka_training.server.settings import ProjectQuota
 from akka_training.storage.models import Claim, Project, Token
 
 

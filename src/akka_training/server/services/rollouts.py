@@ -9,9 +9,9 @@ from sqlalchemy.orm import Session
 
 from akka_training.core.errors import InvalidRequest, NotFound
 from akka_training.core.plans import RL_METHODS
+from akka_training.deployment.context import AppContext
 from akka_training.rewards.rollouts import read_step_file
 from akka_training.server.auth import Principal
-from akka_training.server.context import AppContext
 from akka_training.server.services.lookups import run_for
 from akka_training.storage.models import RolloutStep
 

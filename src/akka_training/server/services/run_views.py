@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from akka_training.core.failures import FailureReason, failure_text
 from akka_training.core.phases import TERMINAL, Phase
-from akka_training.server.context import AppContext
+from akka_training.deployment.context import AppContext
 from akka_training.server.services.projects import held_devices
 from akka_training.storage.models import Claim, Project, Run
 

@@ -1,4 +1,6 @@
-"""The one place a run's phase changes, and the bookkeeping that goes with it."""
+"""The one place a run's phase changes, and the bookkeeping that goes with it: events, and the
+claim a run opens and releases. Both the request path (`server.services`) and the controller
+move runs, so this lives below them both."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
 from akka_training.core.failures import FailureReason, failure_text
@@ -100,3 +103,12 @@ def open_claim(session: Session, run: Run) -> Claim:
     )
     session.add(claim)
     return claim
+
+
+def current_claim(session: Session, run_id: str) -> Claim | None:
+    """The run's open claim (queued or granted), if it has one."""
+    return session.scalar(
+        select(Claim)
+        .where(Claim.run_id == run_id, Claim.state.in_(("QUEUED", "GRANTED")))
+        .order_by(desc(Claim.id))
+    )
