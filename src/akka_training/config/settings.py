@@ -122,8 +122,6 @@ class Controller(_Section):
     retry_base_seconds: float = Field(2.0, ge=0)
     # A run whose completed-step count stops rising this long while its job lives is stalled.
     stall_seconds: float = Field(600.0, gt=0)
-    # A job silent (no report, no heartbeat) this long is checked with the backend.
-    heartbeat_timeout_seconds: float = Field(60.0, gt=0)
     # How long the cluster may stay unreachable while a run waits before it fails.
     unreachable_seconds: float = Field(120.0, ge=0)
 

@@ -31,8 +31,9 @@ from akka_training.controller.leader import Leadership
 from akka_training.controller.sweep import sweep_snapshots
 from akka_training.controller.views import Decision, Limits, Probe, RunView
 from akka_training.core.phases import TERMINAL, Phase
-from akka_training.scheduler.admission import PoolState, Waiting, admit, free_device_ids
+from akka_training.core.states import OPEN_CLAIM_STATES, AttemptState, ClaimState
 from akka_training.deployment.context import AppContext
+from akka_training.scheduler.admission import PoolState, Waiting, admit, free_device_ids
 from akka_training.storage.models import Attempt, Claim, Project, Run
 from akka_training.telemetry.catalog import POOL_NAME, RUN_ATTEMPT
 
@@ -153,11 +154,13 @@ class Controller:
         with self.ctx.db.session() as session:
             claims = list(
                 session.scalars(
-                    select(Claim).where(Claim.state.in_(("QUEUED", "GRANTED"))).order_by(Claim.id)
+                    select(Claim).where(Claim.state.in_(OPEN_CLAIM_STATES)).order_by(Claim.id)
                 )
             )
             queue = [
-                Waiting(c.id, c.project, c.pool, c.devices) for c in claims if c.state == "QUEUED"
+                Waiting(c.id, c.project, c.pool, c.devices)
+                for c in claims
+                if c.state == ClaimState.QUEUED
             ]
             if not queue:
                 return
@@ -168,19 +171,19 @@ class Controller:
                 granted = [
                     list(c.device_ids)
                     for c in claims
-                    if c.pool == pool.name and c.state == "GRANTED"
+                    if c.pool == pool.name and c.state == ClaimState.GRANTED
                 ]
                 pools[pool.name] = PoolState(pool.name, free_device_ids(available, granted))
             quotas = {p.name: p.quota for p in session.scalars(select(Project))}
             held: dict[str, int] = {}
             for c in claims:
-                if c.state == "GRANTED":
+                if c.state == ClaimState.GRANTED:
                     held[c.project] = held.get(c.project, 0) + c.devices
             now = datetime.now(UTC)
             by_id = {c.id: c for c in claims}
             for grant in admit(pools, queue, quotas, held):
                 claim = by_id[grant.claim_id]
-                claim.state = "GRANTED"
+                claim.state = ClaimState.GRANTED
                 claim.device_ids = list(grant.device_ids)
                 claim.granted_at = now
                 run = session.get(Run, claim.run_id)
@@ -204,7 +207,7 @@ class Controller:
                 )
                 .where(
                     Run.phase.in_([p.value for p in TERMINAL]),
-                    or_(Claim.state.in_(("QUEUED", "GRANTED")), Attempt.state == "launched"),
+                    or_(Claim.state.in_(OPEN_CLAIM_STATES), Attempt.state == AttemptState.LAUNCHED),
                 )
             ).all()
         return list(dict.fromkeys([*open_runs, *lingering]))
@@ -234,7 +237,7 @@ class Controller:
 
     def _probe(self, view: RunView) -> Probe:
         attempt = view.attempt
-        if attempt is None or attempt.state != "launched" or not attempt.handle:
+        if attempt is None or attempt.state != AttemptState.LAUNCHED or not attempt.handle:
             return Probe(cluster_unreachable_since=self._unreachable_since)
         try:
             status: JobStatus = self.ctx.backend.status(attempt.handle)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from akka_training.blobstore import BlobStore
+from akka_training.core import blobkeys
 from akka_training.core.resolved import JobSpec
 from akka_training.engines.bundles import BundleResolver
 from akka_training.engines.reporter import HttpReporter
@@ -43,22 +44,18 @@ class JobContext:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    @property
-    def run_prefix(self) -> str:
-        return f"runs/{self.spec.run_id}"
-
-    def snapshot_prefix(self, step: int) -> str:
-        return f"{self.run_prefix}/snapshots/{snapshot_name(step)}"
+    def snapshot_keys(self, step: int) -> blobkeys.SnapshotKeys:
+        return blobkeys.snapshot_keys(self.spec.run_id, step)
 
     @property
     def adapter_prefix(self) -> str:
-        return f"{self.run_prefix}/adapter/"
+        return blobkeys.adapter_prefix(self.spec.run_id)
 
     def rollouts_key(self, step: int) -> str:
-        return f"{self.run_prefix}/rollouts/step-{step}.parquet"
+        return blobkeys.rollouts_key(self.spec.run_id, step)
 
     def attempt_key(self, name: str) -> str:
-        return f"{self.run_prefix}/attempts/{self.spec.attempt}/{name}"
+        return blobkeys.attempt_key(self.spec.run_id, self.spec.attempt, name)
 
 
 @dataclass
@@ -71,7 +68,3 @@ class Outcome:
     adapter_dir: Path | None = None
     adapter_modules: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
-
-
-def snapshot_name(step: int) -> str:
-    return f"step-{step}"

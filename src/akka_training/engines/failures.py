@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import torch
 
+from akka_training.core.exits import memory_exhausted
 from akka_training.core.failures import FailureReason
 from akka_training.core.plans import RL_METHODS
 from akka_training.core.resolved import Settings
@@ -44,23 +45,13 @@ class RewardError(JobError):
     reason = FailureReason.REWARD_ERROR
 
 
-_HOST_OOM_MARKERS = (
-    "DefaultCPUAllocator: can't allocate memory",
-    "DefaultCPUAllocator: not enough memory",
-    "Cannot allocate memory",
-    "std::bad_alloc",
-    # A thread's stack could not be allocated.
-    "can't start new thread",
-)
-_DEVICE_OOM_MARKERS = ("CUDA out of memory", "CUDA error: out of memory", "HIP out of memory")
-
-
 def classify_failure(exc: BaseException, settings: Settings | None) -> tuple[FailureReason, str]:
     """The failure reason of `exc` (or of the exception it wraps) and the detail to report."""
     for error in _chain(exc):
-        if isinstance(error, torch.OutOfMemoryError) or _mentions(error, _DEVICE_OOM_MARKERS):
+        memory = memory_exhausted(str(error))
+        if isinstance(error, torch.OutOfMemoryError) or memory == "device":
             return FailureReason.DEVICE_OOM, oom_detail("device", error, settings)
-        if isinstance(error, MemoryError) or _mentions(error, _HOST_OOM_MARKERS):
+        if isinstance(error, MemoryError) or memory == "host":
             return FailureReason.HOST_OOM, oom_detail("host", error, settings)
     for error in _chain(exc):
         if isinstance(error, JobError):
@@ -111,8 +102,3 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
-
-
-def _mentions(error: BaseException, markers: tuple[str, ...]) -> bool:
-    text = str(error)
-    return any(marker in text for marker in markers)

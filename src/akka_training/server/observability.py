@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from akka_training.core.states import ClaimState
 from akka_training.deployment.context import AppContext
 from akka_training.server.services.capacity import pool_usage
 from akka_training.storage import transitions
@@ -63,7 +64,7 @@ class Observability:
             held = dict(
                 session.execute(
                     select(Claim.project, func.sum(Claim.devices))
-                    .where(Claim.state == "GRANTED")
+                    .where(Claim.state == ClaimState.GRANTED)
                     .group_by(Claim.project)
                 ).all()
             )

@@ -122,8 +122,8 @@ def test_a_run_reports_steps_rollouts_snapshots_and_its_adapter(
     assert last == {
         "name": "step-4",
         "step": 4,
-        "weights": "runs/run-1/snapshots/step-4/weights",
-        "trainingState": "runs/run-1/snapshots/step-4/training-state",
+        "weights": "runs/run-1/snapshots/step-4/weights/",
+        "trainingState": "runs/run-1/snapshots/step-4/training-state/",
     }
     assert blobs.exists("runs/run-1/snapshots/step-4/weights/adapter_model.safetensors")
     assert blobs.exists(

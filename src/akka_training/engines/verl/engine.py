@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import time
 from collections import Counter, defaultdict
@@ -45,6 +44,8 @@ from pathlib import Path
 
 import akka_training
 from akka_training.blobstore.base import BlobStore
+from akka_training.core import blobkeys
+from akka_training.core.exits import memory_exhausted
 from akka_training.core.failures import FailureReason
 from akka_training.core.reports import (
     FailedReport,
@@ -485,7 +486,7 @@ def _report_rollouts(
 ) -> None:
     local = joiner.dump_dir / f"step-{step.step}.parquet"
     write_step_file(step.rollouts, local)
-    key = f"runs/{spec.run_id}/rollouts/step-{step.step}.parquet"
+    key = blobkeys.rollouts_key(spec.run_id, step.step)
     blobs.put_file(key, local)
     local.unlink()
     summary = step_summary(step.rollouts)
@@ -527,7 +528,7 @@ def _snapshot(
     progress: _Progress,
     step: int,
 ) -> None:
-    keys = snapshots.snapshot_keys(spec.run_id, step)
+    keys = blobkeys.snapshot_keys(spec.run_id, step)
     checkpoint = paths.checkpoint(step)
     try:
         adapter = snapshots.export_adapter(
@@ -586,13 +587,6 @@ def _finish(
     return 0
 
 
-# Lines of verl's log that say which memory ran out.
-_DEVICE_OOM = re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA")
-_HOST_OOM = re.compile(
-    r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory"
-)
-
-
 def _diagnose(paths: VerlPaths, returncode: int) -> tuple[FailureReason, str]:
     """Why verl exited with an error, from its log and the reward workers' notes."""
     message = setup_error(paths.reward_records)
@@ -604,9 +598,10 @@ def _diagnose(paths: VerlPaths, returncode: int) -> tuple[FailureReason, str]:
         else ""
     )
     tail = "\n".join(text.strip().splitlines()[-30:])
-    if _DEVICE_OOM.search(text):
+    memory = memory_exhausted(text)
+    if memory == "device":
         return FailureReason.DEVICE_OOM, tail
-    if _HOST_OOM.search(text) or returncode == -9:
+    if memory == "host" or returncode == -9:
         return FailureReason.HOST_OOM, tail
     if "Traceback (most recent call last)" in text:
         return FailureReason.TRAINING_ERROR, tail

@@ -19,8 +19,9 @@ from akka_training.backends.base import ClusterUnreachable
 from akka_training.core.documents import deep_merge
 from akka_training.core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
 from akka_training.core.parsing import parse_model, parse_plan
-from akka_training.core.phases import TERMINAL, Phase
+from akka_training.core.phases import TERMINAL, Phase, RuleName
 from akka_training.core.plans import RL_METHODS, RunPlan
+from akka_training.core.states import AttemptState, Request
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
 from akka_training.server.services.lookups import run_for
@@ -149,11 +150,11 @@ def cancel(session: Session, ctx: AppContext, principal: Principal, run_ref: str
     if Phase(run.phase) in TERMINAL:
         raise Conflict(f"Run {run.id} is already {run.phase}.")
     if run.phase in (Phase.QUEUED, Phase.PAUSED) or _no_job(session, run):
-        move(session, run, "cancel")
+        move(session, run, RuleName.CANCEL)
         release_claim(session, run, current_claim(session, run.id))
     else:
         # The controller stops the job and ends the run once the job is gone.
-        run.requested = "cancel"
+        run.requested = Request.CANCEL
         event(session, run.id, "request", "cancel requested")
     return run_json(session, ctx, run)
 
@@ -170,11 +171,11 @@ def pause(
     if phase in TERMINAL:
         raise Conflict(f"Run {run.id} is {run.phase}; only an open run can pause.")
     if phase == Phase.QUEUED:
-        move(session, run, "pause-while-queued")
+        move(session, run, RuleName.PAUSE_WHILE_QUEUED)
         release_claim(session, run, current_claim(session, run.id))
         return run_json(session, ctx, run)
-    move(session, run, "request-pause")
-    run.requested = f"pause-{checkpoint}"
+    move(session, run, RuleName.REQUEST_PAUSE)
+    run.requested = Request.pause(checkpoint)
     return run_json(session, ctx, run)
 
 
@@ -182,7 +183,7 @@ def resume(session: Session, ctx: AppContext, principal: Principal, run_ref: str
     run = run_for(session, principal, run_ref)
     if run.phase != Phase.PAUSED:
         raise Conflict(f"Run {run.id} is {run.phase}; only a PAUSED run resumes.")
-    move(session, run, "resume")
+    move(session, run, RuleName.RESUME)
     open_claim(session, run)
     return run_json(session, ctx, run)
 
@@ -280,7 +281,7 @@ def logs(
         row = session.get(Attempt, (run.id, number)) if number else None
         handle = row.handle if row is not None else None
         run_open = Phase(run.phase) not in TERMINAL
-        job_open = run_open and row is not None and row.state != "exited"
+        job_open = run_open and row is not None and row.state != AttemptState.EXITED
         run_id = run.id
     answer: dict[str, Any] = {"run": run_id, "attempt": number, "text": "", "offset": offset}
     if not handle:
@@ -386,4 +387,4 @@ def _by_submission(session: Session, project: str, submission_id: str) -> Run | 
 
 def _no_job(session: Session, run: Run) -> bool:
     attempt = session.get(Attempt, (run.id, run.attempt)) if run.attempt else None
-    return attempt is None or attempt.state == "pending"
+    return attempt is None or attempt.state == AttemptState.PENDING
