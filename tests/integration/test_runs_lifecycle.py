@@ -124,8 +124,8 @@ def test_branch_and_continue_start_from_the_snapshot(trainer: Any) -> None:
     assert c["source"]["kind"] == "continue"
     assert steps_of(trainer, b["id"]) == [1, 2, 3]
     assert steps_of(trainer, c["id"]) == [5, 6, 7]
-    assert b["settings"]["source"]["weights"].endswith("step-4/weights")
-    assert c["settings"]["source"]["trainingState"].endswith("step-4/training-state")
+    assert b["settings"]["source"]["weights"].endswith("step-4/weights/")
+    assert c["settings"]["source"]["trainingState"].endswith("step-4/training-state/")
     tree = trainer.cli("training", "runs", "tree", source).stdout
     assert branched["id"] in tree and continued["id"] in tree and "branch at step-4" in tree
 
