@@ -86,7 +86,7 @@ def run_job(spec: JobSpec, reporter: HttpReporter, workdir: Path) -> int:
         except Exception as exc:
             return _report_failure(job, exc)
         assert job.tracing is not None
-        root = {
+        root: dict[str, str | int] = {
             names.PROJECT: spec.project,
             names.RUN_ID: spec.run_id,
             names.RUN_ATTEMPT: spec.attempt,

@@ -24,8 +24,8 @@ from akka_training.engines.job import run_engine
 from akka_training.engines.reporter import HttpReporter
 from akka_training.engines.verl import snapshots
 from akka_training.engines.verl.engine import VerlEngine
-from akka_training.engines.watchdog import StallWatchdog
 from akka_training.engines.verl.smoke import RecordingService
+from akka_training.engines.watchdog import StallWatchdog
 from akka_training.rewards.rollouts import read_step_file
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.telemetry.otel import job_resource_from_spec

@@ -366,7 +366,7 @@ def _train(
                 spec, blobs, reporter, telemetry, joiner, progress, sizes.total_steps, final=final
             )
             _take_snapshot(spec, paths, blobs, reporter, python, env, progress)
-            if final:
+            if isinstance(event, Exited):
                 return _finish(spec, paths, progress, event.returncode)
             # 3. obey the service
             _obey(reporter.action, process, env, progress)
