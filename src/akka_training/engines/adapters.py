@@ -17,7 +17,7 @@ from peft import LoraConfig, PeftModel
 from peft.tuners.tuners_utils import BaseTunerLayer
 
 from akka_training.core.plans import Lora
-from akka_training.engines.failures import SourceUnavailable
+from akka_training.engines.failures import SourceUnavailable, out_of_memory
 
 # Name components of the non-language parts of multimodal models (Gemma 3/3n/4, Qwen-VL, LLaVA,
 # Idefics, Mllama, Phi-4-multimodal, ...).
@@ -107,6 +107,8 @@ def load_adapter(base: torch.nn.Module, directory: Path) -> PeftModel:
     try:
         return PeftModel.from_pretrained(base, str(directory), is_trainable=True)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        if out_of_memory(exc):
+            raise  # reported as the memory that ran out, not as the adapter's fault
         raise SourceUnavailable(
             f"the adapter could not be loaded on the base model: {exc}"
         ) from exc

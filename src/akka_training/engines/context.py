@@ -1,8 +1,5 @@
-"""What every engine adapter receives from the job entry point, and what it hands back.
-
-An engine module exposes ``run(job: JobContext) -> Outcome``: it trains under `job.spec`,
-reports through `job.reporter` and writes under `job.artifacts` and `job.store`; the entry point
-(`akka_training.engines.job`) reports the start, the end and any failure.
+"""What every engine receives from the job entry point (`JobContext`), and what it hands back
+(`Outcome`). The contract between them is the `Engine` protocol (`akka_training.engines.engine`).
 """
 
 from __future__ import annotations
@@ -60,11 +57,18 @@ class JobContext:
 
 @dataclass
 class Outcome:
-    """How training ended. `stopped`: told to stop (a pause or a cancel) before the last step;
-    otherwise `adapter_dir` holds the final adapter to upload."""
+    """How training ended, and where the final adapter is.
+
+    `stopped`: told to stop (a pause or a cancel) before the last step; `step` is where the run
+    stopped, and no adapter is needed. Otherwise the run finished at `step` and its final adapter
+    is either `adapter_dir`, a local directory the entry point uploads to the run's adapter
+    prefix, or `adapter_key`, a prefix already in the blob store (a snapshot's weights) that the
+    entry point reports as it is. `adapter_modules` are the adapted modules' names; `summary`
+    holds the run's closing figures (``loss``, ``reward``, tool counts)."""
 
     step: int
     stopped: bool = False
     adapter_dir: Path | None = None
+    adapter_key: str | None = None
     adapter_modules: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)

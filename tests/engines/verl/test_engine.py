@@ -1,7 +1,8 @@
 """The verl engine's whole flow against a stand-in for verl's interpreter
 (``fixtures/fake_verl.py``: verl's files, from fixtures verl's own code produced), a real
 `HttpReporter` talking to a recording service on loopback (`smoke.RecordingService`), and a
-local blob store.
+local blob store. Each run goes through the job entry point's end-report path
+(`job.run_engine`), so the end reports are the ones a job sends.
 
 What verl itself does with the configuration is covered by test_verl_config.py; what a GPU run
 does by scripts/gpu-smoke-verl.sh."""
@@ -18,10 +19,13 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from akka_training.blobstore.local import LocalBlobStore
+from akka_training.engines.context import JobContext
+from akka_training.engines.job import run_engine
 from akka_training.engines.reporter import HttpReporter
 from akka_training.engines.verl import snapshots
-from akka_training.engines.verl.engine import run_verl
+from akka_training.engines.verl.engine import VerlEngine
 from akka_training.engines.verl.smoke import RecordingService
+from akka_training.engines.watchdog import StallWatchdog
 from akka_training.rewards.rollouts import read_step_file
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.telemetry.otel import job_resource_from_spec
@@ -57,7 +61,11 @@ def job(
     )
 
     def run(
-        mode: str = "", step_seconds: str = "0.05", telemetry: Any = None, **spec_kwargs: Any
+        mode: str = "",
+        step_seconds: str = "0.05",
+        telemetry: Any = None,
+        watchdog: Any = None,
+        **spec_kwargs: Any,
     ) -> tuple[int, LocalBlobStore]:
         monkeypatch.setenv("FAKE_VERL_MODE", mode)
         monkeypatch.setenv("FAKE_VERL_STEP_SECONDS", step_seconds)
@@ -67,15 +75,16 @@ def job(
         reporter = HttpReporter(
             service.url, spec.run_id, spec.attempt, "token", patience=10, heartbeat_seconds=60
         )
+        job = JobContext(
+            spec=spec,
+            reporter=reporter,
+            store=blobs,
+            workdir=tmp_path / "run",
+            telemetry=telemetry(spec) if telemetry else None,
+            watchdog=watchdog(reporter) if watchdog else None,
+        )
         try:
-            code = run_verl(
-                spec,
-                reporter,
-                blobs,
-                workdir=tmp_path / "run",
-                verl_python=python,
-                telemetry=telemetry(spec) if telemetry else None,
-            )
+            code = run_engine(job, VerlEngine(verl_python=python))
         finally:
             reporter.close()
         return code, blobs
@@ -209,14 +218,11 @@ def test_missing_verl_environment(service: RecordingService, tmp_path: Path) -> 
     reporter = HttpReporter(
         service.url, spec.run_id, spec.attempt, "token", patience=10, heartbeat_seconds=60
     )
+    job = JobContext(
+        spec=spec, reporter=reporter, store=LocalBlobStore(tmp_path), workdir=tmp_path / "run"
+    )
     try:
-        code = run_verl(
-            spec,
-            reporter,
-            LocalBlobStore(tmp_path),
-            workdir=tmp_path / "run",
-            verl_python=tmp_path / "nope",
-        )
+        code = run_engine(job, VerlEngine(verl_python=tmp_path / "nope"))
     finally:
         reporter.close()
     assert code == 1
@@ -263,3 +269,27 @@ def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
     assert phases == {"generation", "reward", "update"}
     lines = (tmp_path / "artifacts" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 3 and "policy_loss" in lines[0]
+
+
+def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Callable, tmp_path: Path) -> None:
+    now = [0.0]
+    made: list[StallWatchdog] = []
+
+    def watchdog(reporter: HttpReporter) -> StallWatchdog:
+        made.append(
+            StallWatchdog(
+                10.0,
+                tmp_path / "artifacts",
+                LocalBlobStore(tmp_path / "blobs"),
+                lambda name: f"stall/{name}",
+                reporter,
+                clock=lambda: now[0],
+            )
+        )
+        made[0].progress()
+        now[0] = 100.0  # without a step from here on, the job would count as stalled
+        return made[0]
+
+    code, _ = job(watchdog=watchdog, rl={"training": {"maxSteps": 2}})
+    assert code == 0
+    assert made[0].check() is None and made[0].dumps == []

@@ -102,6 +102,13 @@ class GrpoFigures(TrainerCallback):
         return out
 
 
+class GrpoEngine:
+    """GRPO and GSPO on TRL: the `Engine` protocol over this module's `run`."""
+
+    def run(self, job: JobContext) -> Outcome:
+        return run(job)
+
+
 def run(job: JobContext) -> Outcome:
     settings = job.spec.settings
     method = settings.method

@@ -64,6 +64,13 @@ class SftFigures:
         return out
 
 
+class SftEngine:
+    """Supervised fine-tuning on TRL: the `Engine` protocol over this module's `run`."""
+
+    def run(self, job: JobContext) -> Outcome:
+        return run(job)
+
+
 def run(job: JobContext) -> Outcome:
     settings = job.spec.settings
     hp = settings.config.hyperparams or SftHyperparams()
