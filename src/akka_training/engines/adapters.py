@@ -59,7 +59,9 @@ def lora_config(lora: Lora, model: torch.nn.Module, *, image_text: bool) -> Lora
             )
     return LoraConfig(
         r=lora.rank,
-        lora_alpha=lora.alpha,
+        # PEFT annotates lora_alpha as int but scales by lora_alpha / r: a fractional alpha
+        # trains as written.
+        lora_alpha=lora.alpha,  # type: ignore[arg-type]
         lora_dropout=lora.dropout,
         target_modules=targets,
         task_type="CAUSAL_LM",

@@ -61,7 +61,7 @@ class StepRewards:
         trainer_state: Any = None,
         row_index: list[int] | None = None,
         **_columns: Any,
-    ) -> list[float]:
+    ) -> list[float | None]:
         started = time.perf_counter()
         step = (trainer_state.global_step if trainer_state is not None else 0) + 1
         try:
@@ -90,7 +90,7 @@ class StepRewards:
             )
             telemetry.histograms(histogram_values(rollouts))
         self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - started
-        return scored.scores
+        return list[float | None](scored.scores)
 
     def _rollout(
         self, position: int, prompt: Any, completion: Any, ids: list[int], index: int

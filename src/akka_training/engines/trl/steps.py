@@ -152,7 +152,7 @@ class StepReporting(TrainerCallback):
     ) -> None:
         if "save" not in self._pending:
             return
-        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        checkpoint = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
         step = state.global_step
         began = time.time()
         report = upload_snapshot(self.job.store, self.job.snapshot_keys(step), step, checkpoint)
@@ -160,7 +160,7 @@ class StepReporting(TrainerCallback):
         _remove_older(checkpoint)
         self._figures["timing/save"] = self.clock() - self._hook_done
         if self.job.tracing is not None:
-            attributes = {names.STEP: step, names.SNAPSHOT: report.name}
+            attributes: dict[str, str | int] = {names.STEP: step, names.SNAPSHOT: report.name}
             self.job.tracing.record(
                 names.PREFIX + "job.snapshot.save", began, time.time(), attributes
             )
