@@ -1,22 +1,41 @@
 """Deployment settings: one YAML file with `trainer.*` keys, plus environment overrides.
 
-Keys are kebab-case, as in the file (`trainer.datasets.max-bytes`). An environment variable
-``AKKA_TRAINER__<KEY>__<KEY>`` overrides one key (``AKKA_TRAINER__DATASETS__MAX_BYTES=1048576``;
-underscores stand for hyphens). A bad setting stops start-up with a message naming the key.
+Keys are kebab-case, as in the file (`trainer.datasets.max-bytes`), catalog entries included
+(their camelCase spelling, as in a run plan, is accepted too). The file is read and checked on
+its own first, so its errors name its keys as written.
+
+An environment variable ``AKKA_TRAINER__<KEY>__<KEY>`` then overrides one key
+(``AKKA_TRAINER__DATASETS__MAX_BYTES=1048576``; ``__`` separates keys, ``_`` stands for ``-``,
+case does not matter). pydantic-settings reads them: a scalar is taken as written and
+converted to the key's type (``1048576``, ``true``, ``verl``; ``null`` clears a key), while a
+key that holds a list or an object (``trainer.pools``, ``trainer.catalog``,
+``trainer.ray.runtime-env``) takes JSON, with the file's key spellings inside
+(``AKKA_TRAINER__POOLS='[{"name": "gpu", "devices": 8, "max-claim": 4}]'``). An object merges
+into the file's, key by key; a list replaces it.
+
+A bad setting stops start-up with a message naming the key (and, for one from the environment,
+the variable).
 """
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, AliasGenerator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsError as EnvironmentParseError
 
-from akka_training.core.catalog import CatalogModel
+from akka_training.core.catalog import CatalogModel, Envelope
 from akka_training.core.errors import AkkaError
 
+ENV_PREFIX = "AKKA_"
+ENV_DELIMITER = "__"
 DEFAULT_PORT = 9001
 
 
@@ -79,6 +98,26 @@ class Pool(_Section):
     host_ram_gib: float | None = Field(None, ge=0)
     # Ray backend: the value of the `pool` node label whose nodes serve this pool.
     label: str | None = None
+
+
+def _file_keys(name: str) -> AliasChoices:
+    return AliasChoices(_kebab(name), to_camel(name))
+
+
+# Catalog entries are the core's models read with the file's spelling: kebab-case, or camelCase
+# as in a run plan (and the field names, as every setting); they still serialise in camelCase.
+_CATALOG_ENTRY = ConfigDict(
+    alias_generator=AliasGenerator(validation_alias=_file_keys, serialization_alias=to_camel)
+)
+
+
+class EnvelopeEntry(Envelope):
+    model_config = _CATALOG_ENTRY
+
+
+class CatalogEntry(CatalogModel):
+    model_config = _CATALOG_ENTRY
+    envelopes: list[EnvelopeEntry] = Field(default_factory=list)  # type: ignore[assignment]
 
 
 class ProjectQuota(_Section):
@@ -148,7 +187,7 @@ class Trainer(_Section):
     pools: list[Pool] | None = None  # None: one pool sized from the devices this host has
     default_pool: str | None = None
     projects: list[ProjectQuota] = Field(default_factory=list)
-    catalog: list[CatalogModel] | None = None  # None: the development catalog
+    catalog: list[CatalogEntry] | None = None  # None: the development catalog
     dev_models_dir: str | None = None
     controller: Controller = Field(default_factory=Controller)
     testing: Testing = Field(default_factory=Testing)
@@ -158,9 +197,31 @@ class SettingsError(AkkaError):
     code = "bad-setting"
 
 
-class Settings(BaseModel):
+class Settings(BaseSettings):
+    """The deployment's settings: the file's values (given as init values) under the
+    environment's. Build them with `load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_DELIMITER,
+        env_parse_none_str="null",
+        case_sensitive=False,
+        extra="forbid",
+    )
+
     trainer: Trainer = Field(default_factory=Trainer)
-    source: str | None = None  # the file read, for messages
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment wins over the file; no .env files or secrets directories.
+        return (env_settings, init_settings)
 
     @property
     def home(self) -> Path:
@@ -187,62 +248,88 @@ class Settings(BaseModel):
         return Path(raw).expanduser().resolve() if raw else self.home / "models"
 
 
-def load_settings(path: str | Path | None = None, env: dict[str, str] | None = None) -> Settings:
-    """Read the settings file (if any) and apply environment overrides."""
-    env = dict(os.environ if env is None else env)
-    data: dict[str, Any] = {}
-    source = None
+def load_settings(path: str | Path | None = None) -> Settings:
+    """Read the settings file (if any), check it, and apply the environment's overrides."""
+    trainer: dict[str, Any] = {}
     if path is not None:
-        source = str(path)
+        from_file = _read_file(Path(path))
         try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except FileNotFoundError as exc:
-            raise SettingsError(f"The settings file {path} does not exist.") from exc
-        except yaml.YAMLError as exc:
-            raise SettingsError(f"The settings file {path} is not valid YAML: {exc}") from exc
-        if not isinstance(loaded, dict) or set(loaded) - {"trainer"}:
-            raise SettingsError(f"The settings file {path} must hold one top-level key, `trainer`.")
-        data = loaded
-    trainer = data.get("trainer") or {}
-    if isinstance(trainer, dict) and isinstance(trainer.get("catalog"), list):
-        # Catalog entries are written kebab-case in the file like every other setting.
-        trainer["catalog"] = [_camel_keys(m) for m in trainer["catalog"]]
-    for key, value in env.items():
-        if key.startswith("AKKA_TRAINER__"):
-            parts = [p.lower().replace("_", "-") for p in key[len("AKKA_TRAINER__") :].split("__")]
-            _set_path(data.setdefault("trainer", {}), parts, yaml.safe_load(value))
+            checked = Trainer.model_validate(from_file)
+        except ValidationError as exc:
+            raise SettingsError(_describe(exc, f" in {path}")) from exc
+        # By field name: the spelling the environment's overrides arrive in, so that an
+        # override replaces the file's value instead of standing beside it.
+        trainer = checked.model_dump(exclude_unset=True)
     try:
-        return Settings(trainer=Trainer.model_validate(data.get("trainer") or {}), source=source)
+        # A dict, not a Trainer: pydantic-settings merges the environment's values into it.
+        return Settings(trainer=trainer)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise SettingsError(_describe(exc, source)) from exc
+        raise SettingsError(_describe(exc, " in the environment", os.environ)) from exc
+    except EnvironmentParseError as exc:
+        raise SettingsError(_describe_unparsed(exc, os.environ)) from exc
 
 
-def _camel_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {_camel(str(k)): _camel_keys(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_camel_keys(v) for v in value]
-    return value
+def _read_file(path: Path) -> Any:
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError as exc:
+        raise SettingsError(f"The settings file {path} does not exist.") from exc
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"The settings file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(loaded, dict) or set(loaded) - {"trainer"}:
+        raise SettingsError(f"The settings file {path} must hold one top-level key, `trainer`.")
+    return loaded.get("trainer") or {}
 
 
-def _camel(key: str) -> str:
-    head, *rest = key.split("-")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def _set_path(target: dict[str, Any], parts: list[str], value: Any) -> None:
-    for part in parts[:-1]:
-        target = target.setdefault(part, {})
-    target[parts[-1]] = value
-
-
-def _describe(exc: ValidationError, source: str | None) -> str:
-    where = f" in {source}" if source else ""
+def _describe(exc: ValidationError, where: str, environ: Mapping[str, str] | None = None) -> str:
     lines = []
     for err in exc.errors():
-        key = ".".join(["trainer", *(str(p) for p in err["loc"])])
+        loc = [str(p) for p in err["loc"]]
+        if environ is not None:
+            loc = loc[1:]  # the environment's errors start at the `trainer` field
+        key = ".".join(["trainer", *(p.replace("_", "-") for p in loc)])
+        if environ is not None:
+            variables = _variables(err["loc"], environ)
+            if variables:
+                key += f" ({', '.join(variables)})"
         if err["type"] == "extra_forbidden":
             lines.append(f"  - {key}: not a known setting; remove it or check its spelling")
         else:
             lines.append(f"  - {key}: {err['msg']}")
     return f"Bad setting{where}:\n" + "\n".join(lines)
+
+
+def _describe_unparsed(exc: EnvironmentParseError, environ: Mapping[str, str]) -> str:
+    # pydantic-settings raises this from the JSON error of the value it could not decode.
+    cause = exc.__cause__
+    value = cause.doc if isinstance(cause, json.JSONDecodeError) else None
+    variables = sorted(
+        name
+        for name, raw in environ.items()
+        if name.upper().startswith(ENV_PREFIX + "TRAINER") and raw == value
+    )
+    named = ", ".join(variables) if variables else "an AKKA_TRAINER__ variable"
+    return (
+        f"Bad setting in the environment: {named} is not valid JSON ({cause}); a key that "
+        "holds a list or an object takes a JSON value."
+    )
+
+
+def _variables(loc: tuple[int | str, ...], environ: Mapping[str, str]) -> list[str]:
+    """The environment variables that set the value at `loc`: the one named by the longest
+    part of the path that has any (a JSON value for a list or an object sets all below it)."""
+    names = [str(p).upper().replace("-", "_") for p in loc]
+    for end in range(len(names), 0, -1):
+        if any(isinstance(p, int) for p in loc[:end]):
+            continue
+        stem = ENV_PREFIX + ENV_DELIMITER.join(names[:end])
+        # Below `trainer` itself only its own variable counts: every override starts with it.
+        below = stem + ENV_DELIMITER if end > 1 else None
+        found = sorted(
+            name
+            for name in environ
+            if name.upper() == stem or (below is not None and name.upper().startswith(below))
+        )
+        if found:
+            return found
+    return []
