@@ -21,8 +21,8 @@ requests need, by hand, and says what it leaves out:
 - it applies the configured project quotas and mints an admin token (`admin_token`), as the first
   start does, but writes neither ``admin-token`` nor a CLI context;
 - it starts no controller: ``ctx.controller`` stays None, so no reconcile pass runs (a started
-  run stays QUEUED until a test moves it, for instance with `akka_training.controller.apply`), and
-  capacity reports nothing observed (``observed: null``).
+  run stays QUEUED until a test moves it: `admit` does what a pass would, short of launching),
+  and capacity reports nothing observed (``observed: null``).
 
 Requests go through one event loop in a thread of its own (an anyio blocking portal), so tests
 stay synchronous. Application errors come back as the HTTP answers a client would get (a 500 with
@@ -32,6 +32,7 @@ the error JSON), not as exceptions. `close()` (or leaving the ``with`` block) re
 from __future__ import annotations
 
 from contextlib import ExitStack
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
@@ -40,13 +41,21 @@ import httpx
 import yaml
 from fastapi import FastAPI
 
+from akka_training.backends.base import LaunchRequest
 from akka_training.config.settings import Settings, load_settings
+from akka_training.controller import queued
+from akka_training.controller.apply import apply, load_view
+from akka_training.controller.launch import prepare_launch
+from akka_training.controller.views import Limits, Probe
 from akka_training.core.documents import deep_merge
+from akka_training.core.states import ClaimState
 from akka_training.deployment.context import AppContext, build_context
 from akka_training.server.app import create_app
 from akka_training.server.observability import Observability
 from akka_training.server.services.projects import apply_configured_quotas
+from akka_training.storage.models import Run
 from akka_training.storage.tokens import create_admin_token
+from akka_training.storage.transitions import current_claim
 
 # Requests never leave the process; the host only fills the URL.
 BASE_URL = "http://akka-trainer.test"
@@ -100,6 +109,32 @@ class InProcessTrainer:
         self._resources.callback(client.close)
         return client
 
+    def admit(self, run_id: str) -> LaunchRequest:
+        """Do for a queued run what a controller pass does, short of launching: grant its claim
+        (device ids from 0; no scheduler weighs pools or quotas), let `controller.queued` decide
+        and `controller.apply` admit it with a new attempt, and prepare that attempt's launch.
+        The request's ``env["AKKA_JOB_TOKEN"]`` lets a test report as the attempt's job."""
+        now = datetime.now(UTC)
+        with self.ctx.db.session() as session:
+            claim = current_claim(session, run_id)
+            if claim is None or claim.state != ClaimState.QUEUED:
+                raise ValueError(f"run {run_id} has no queued claim to grant")
+            claim.state = ClaimState.GRANTED
+            claim.device_ids = list(range(claim.devices))
+            claim.granted_at = now
+        with self.ctx.db.session() as session:
+            run = session.get(Run, run_id)
+            assert run is not None
+            view = load_view(session, run)
+        apply(self.ctx.db, view, queued.process(view, Probe(), now, self._limits()), now)
+        with self.ctx.db.session() as session:
+            run = session.get(Run, run_id)
+            assert run is not None
+            number = run.attempt
+        request = prepare_launch(self.ctx, run_id, number)
+        assert request is not None, "an admitted run has a pending attempt with granted devices"
+        return request
+
     def close(self) -> None:
         self._resources.close()
 
@@ -108,6 +143,16 @@ class InProcessTrainer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _limits(self) -> Limits:
+        cfg = self.settings.trainer.controller
+        return Limits(
+            start_retries=cfg.start_retries,
+            retry_base_seconds=cfg.retry_base_seconds,
+            stall_seconds=cfg.stall_seconds,
+            unreachable_seconds=cfg.unreachable_seconds,
+            stop_grace_seconds=self.settings.trainer.local.stop_grace_seconds,
+        )
 
 
 class _PortalTransport(httpx.BaseTransport):
