@@ -48,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # The Ray plugin is taken from the plugin manager: importing it here would keep pytest from
     # rewriting its asserts.
     ray_cluster = config.pluginmanager.get_plugin("tests.ray_cluster")
+    assert ray_cluster is not None, "tests.ray_cluster is one of pytest_plugins"
     undo = [
         layers.guard(TrainerProcess, "start", "starts a trainer process"),
         layers.guard(ray_cluster.RayHead, "start", "starts a Ray head"),

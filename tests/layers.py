@@ -44,10 +44,10 @@ def layer_problems(items: Iterable[pytest.Item]) -> list[str]:
     """One line per test that uses a fixture of the slow layer (or Postgres) without its marker."""
     problems = []
     for item in items:
+        # Every test function has its fixtures' closure; other kinds of item have no fixtures.
+        names = getattr(item, "fixturenames", ())
         for fixtures, marker in ((SLOW_FIXTURES, "slow"), (POSTGRES_FIXTURES, "postgres")):
-            used = [
-                f"{name} ({why})" for name, why in fixtures.items() if name in item.fixturenames
-            ]
+            used = [f"{name} ({why})" for name, why in fixtures.items() if name in names]
             if used and item.get_closest_marker(marker) is None:
                 problems.append(
                     f"{item.nodeid} uses {', '.join(used)} but is not marked {marker}: add "

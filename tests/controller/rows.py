@@ -51,7 +51,9 @@ def settings_json(base_model: str = "tiny-chat", **execution: Any) -> dict[str, 
             context_length=2048,
         ),
         dataset=dataset,
-        config=RunConfig(dataset=f"maths/train@sha256:{'a' * 64}", method="sft"),
+        config=RunConfig.model_validate(
+            {"dataset": f"maths/train@sha256:{'a' * 64}", "method": "sft"}
+        ),
         execution=Execution.model_validate({"pool": "default", **execution}),
     )
     return settings.to_json()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from akka_training.controller.apply import (
     apply,
@@ -30,6 +31,20 @@ from tests.controller.rows import (
 )
 
 NOW = T0 + timedelta(minutes=10)
+
+
+def stored(session: Session, run_id: str = "r1") -> Run:
+    run = session.get(Run, run_id)
+    assert run is not None
+    return run
+
+
+def failure_reason(db: Database, run_id: str = "r1") -> str:
+    """The run's `failureReason` as the API shows it."""
+    with db.session() as session:
+        run = stored(session, run_id)
+        assert run.failure_code is not None
+        return failure_text(FailureReason(run.failure_code), run.failure_detail)
 
 
 def view_of(db: Database, run_id: str = "r1") -> RunView:
@@ -69,9 +84,9 @@ def test_a_failure_moves_the_run_with_its_reason_and_gives_the_devices_back(
     apply(database, view_of(database), decision, NOW)
 
     with database.session() as session:
-        run = session.get(Run, "r1")
+        run = stored(session)
         attempt = session.get(Attempt, ("r1", 1))
-        assert run is not None and attempt is not None
+        assert attempt is not None
         assert (run.phase, run.failure_code, run.failure_detail) == (
             "FAILED",
             "job-crashed",
@@ -100,9 +115,9 @@ def test_a_finished_job_only_needs_its_bookkeeping(database: Database) -> None:
     apply(database, view_of(database), Decision(attempt_exited=True, release_claim=True), NOW)
 
     with database.session() as session:
-        run = session.get(Run, "r1")
+        run = stored(session)
         attempt = session.get(Attempt, ("r1", 1))
-        assert run is not None and attempt is not None
+        assert attempt is not None
         assert run.phase == "COMPLETED" and run.failure_code is None
         # The outcome the job reported stays.
         assert (attempt.state, attempt.outcome) == ("exited", "finished")
@@ -120,9 +135,9 @@ def test_a_lost_job_requeues_the_run_with_a_new_claim(database: Database) -> Non
     apply(database, view_of(database), decision, NOW)
 
     with database.session() as session:
-        run = session.get(Run, "r1")
+        run = stored(session)
         attempt = session.get(Attempt, ("r1", 1))
-        assert run is not None and attempt is not None
+        assert attempt is not None
         assert run.phase == "QUEUED" and run.failure_code is None
         assert attempt.outcome == "lost"
     assert claims(database) == [("RELEASED", 1), ("QUEUED", 1)]
@@ -147,9 +162,9 @@ def test_a_new_attempt_resumes_from_the_newest_snapshot_and_drops_later_steps(
     apply(database, view_of(database), Decision(rule=RuleName.ADMIT, new_attempt=True), NOW)
 
     with database.session() as session:
-        run = session.get(Run, "r1")
+        run = stored(session)
         attempt = session.get(Attempt, ("r1", 2))
-        assert run is not None and attempt is not None
+        assert attempt is not None
         assert (run.phase, run.attempt, run.observed_step) == ("PREPARING", 2, 4)
         assert run.last_step_at is None and run.stalled_since is None
         assert run.started_at == NOW
@@ -189,8 +204,7 @@ def test_a_quiet_job_is_marked_stalled(database: Database) -> None:
     apply(database, view_of(database), Decision(stalled=True), NOW)
 
     with database.session() as session:
-        run = session.get(Run, "r1")
-        assert run is not None
+        run = stored(session)
         assert run.phase == "TRAINING" and run.stalled_since == NOW
     assert view_of(database).stalled
     assert events(database) == [("stall", "completed steps stopped rising while the job lives")]
@@ -211,28 +225,25 @@ def test_a_run_that_moved_since_its_view_is_left_alone(database: Database) -> No
     )
     # A user asked for a pause after the view was taken.
     with database.session() as session:
-        run = session.get(Run, "r1")
-        assert run is not None
+        run = stored(session)
         run.requested = Request.PAUSE_SAVE
     apply(database, stale, fail, NOW)
     # The run moved to another phase.
     with database.session() as session:
-        run = session.get(Run, "r1")
-        assert run is not None
+        run = stored(session)
         run.requested, run.phase = None, Phase.PAUSING.value
     apply(database, stale, fail, NOW)
     # A new attempt replaced the one the view saw.
     with database.session() as session:
-        run = session.get(Run, "r1")
-        assert run is not None
+        run = stored(session)
         run.phase = Phase.TRAINING.value
         add_attempt(session, run, 2, AttemptState.PENDING)
     apply(database, stale, fail, NOW)
 
     with database.session() as session:
-        run = session.get(Run, "r1")
+        run = stored(session)
         attempt = session.get(Attempt, ("r1", 1))
-        assert run is not None and attempt is not None
+        assert attempt is not None
         assert run.phase == "TRAINING" and run.failure_code is None
         assert attempt.state == "launched"
     assert claims(database) == [("GRANTED", 1)]
@@ -278,25 +289,24 @@ def test_launch_failures_back_off_then_fail_the_run_with_the_start_sentence(
             delays.append((attempt.next_try_at - before).total_seconds())
     assert 2.0 <= delays[0] < 3.0 and 4.0 <= delays[1] < 5.0
     with database.session() as session:
-        run = session.get(Run, "r1")
-        assert run is not None and run.phase == "PREPARING"
+        assert stored(session).phase == "PREPARING"
 
     record_launch_failure(database, "r1", 1, "no such image", False, retries=2, base_seconds=2.0)
 
     with database.session() as session:
-        run = session.get(Run, "r1")
+        run = stored(session)
         attempt = session.get(Attempt, ("r1", 1))
-        assert run is not None and attempt is not None
+        assert attempt is not None
         assert (attempt.state, attempt.outcome, attempt.launch_tries) == (
             "exited",
             "not-started",
             3,
         )
         assert run.phase == "FAILED"
-        assert failure_text(FailureReason(run.failure_code), run.failure_detail) == (
-            "this run's job could not be started on the training cluster\n"
-            "3 tries; the last one said: no such image"
-        )
+    assert failure_reason(database) == (
+        "this run's job could not be started on the training cluster\n"
+        "3 tries; the last one said: no such image"
+    )
     assert claims(database) == [("RELEASED", 1)]
     assert [m for k, m in events(database) if k == "job"] == [
         "launch of attempt 1 failed (no such image); retrying in 2 s",
@@ -312,13 +322,10 @@ def test_an_unreachable_cluster_fails_the_launch_with_its_own_sentence(database:
 
     record_launch_failure(database, "r1", 1, "connection refused", True, retries=0, base_seconds=2)
 
-    with database.session() as session:
-        run = session.get(Run, "r1")
-        assert run is not None
-        assert failure_text(FailureReason(run.failure_code), run.failure_detail) == (
-            "the training cluster could not be reached while this run waited for its devices\n"
-            "1 try; the last one said: connection refused"
-        )
+    assert failure_reason(database) == (
+        "the training cluster could not be reached while this run waited for its devices\n"
+        "1 try; the last one said: connection refused"
+    )
 
 
 def test_a_stop_sent_is_remembered(database: Database) -> None:

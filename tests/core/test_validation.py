@@ -59,7 +59,7 @@ SMALL = PoolInfo("small", max_claim=2, host_ram_gib=64)
 TEXT = DatasetInfo("maths/train:v1", "chat", has_images=False, rows=40)
 IMAGES = DatasetInfo("maths/images:v1", "chat", has_images=True, rows=1)
 EMPTY = DatasetInfo("maths/empty:v1", "chat", has_images=False, rows=0)
-SFT_SOURCE = SourceInfo("r1", "qwen-test", "sft", Lora(rank=8), step=6)
+SFT_SOURCE = SourceInfo("r1", "qwen-test", "sft", Lora.model_validate({"rank": 8}), step=6)
 
 GRPO: dict[str, Any] = {
     "project": "maths",
@@ -359,7 +359,7 @@ def test_datasets_that_do_not_fit_the_model_or_hold_nothing() -> None:
 
 
 def test_a_source_of_another_base_model_or_another_lora_rank() -> None:
-    other = SourceInfo("r1", "other-model", "sft", Lora(rank=8), step=6)
+    other = SourceInfo("r1", "other-model", "sft", Lora.model_validate({"rank": 8}), step=6)
     plan = deep_merge(
         GRPO, {"source": {"run": "r1"}, "config": {"rlHyperparams": {"lora": {"rank": 16}}}}
     )
