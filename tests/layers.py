@@ -30,7 +30,6 @@ SLOW_FIXTURES: dict[str, str] = {
     "ray_head": "starts a Ray head",
     "ray_head_factory": "starts Ray heads",
     "verl_env": "runs verl's own environment (.venv-verl)",
-    "report_server": "takes the reports of a real training job",
 }
 POSTGRES_FIXTURES: dict[str, str] = {"postgres_server": "talks to the Postgres server"}
 

@@ -7,8 +7,8 @@ need the service's code paths in seconds, without a trainer process or a socket.
         api.post("/v1/projects", json={"name": "maths"})
         t.ctx                                    # the application context (database, blobs, …)
 
-What it builds is what `akka trainer serve` builds: the settings go through `load_settings` (as a
-settings file, with no environment overrides), the context through
+What it builds is what `akka trainer serve` builds: the settings go through `load_settings` (a
+settings file under the environment's overrides), the context through
 `deployment.context.build_context`, the app through `server.app.create_app`. Jobs are the
 scripted job (``trainer.testing.scripted-jobs: true``) unless the settings say otherwise, and the
 catalog is the development catalog (``dev_models``, else ``AKKA_DEV_MODELS_DIR``, else one built
@@ -79,7 +79,7 @@ class InProcessTrainer:
             base["trainer"]["dev-models-dir"] = str(dev_models)
         self.settings_path = home / "settings.yaml"
         self.settings_path.write_text(yaml.safe_dump(deep_merge(base, settings or {})))
-        self.settings: Settings = load_settings(self.settings_path, env={})
+        self.settings: Settings = load_settings(self.settings_path)
         self._resources = ExitStack()
         try:
             self.ctx: AppContext = build_context(self.settings)

@@ -276,6 +276,7 @@ def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
     assert len(lines) == 3 and "policy_loss" in lines[0]
 
 
+@pytest.mark.slow
 def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Callable, tmp_path: Path) -> None:
     now = [0.0]
     made: list[StallWatchdog] = []
