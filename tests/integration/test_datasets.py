@@ -20,6 +20,9 @@ import pytest
 from akka_training.core.errors import Forbidden, NotFound, PayloadTooLarge
 from akka_training.testing.service import TrainerProcess
 
+# Every test here talks to a trainer process this module starts.
+pytestmark = pytest.mark.slow
+
 LIMIT = 256 * 1024
 LIMIT_MESSAGE = (
     "error: The upload is larger than this trainer's limit of 256 KiB (trainer.datasets.max-bytes); "

@@ -34,7 +34,8 @@ from tests.integration.helpers import (
 )
 from tests.ray_cluster import RayHead
 
-pytestmark = pytest.mark.ray
+# Every test here starts or uses a Ray head.
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 START_FAILED = "this run's job could not be started on the training cluster"
 UNREACHABLE = "the training cluster could not be reached while this run waited for its devices"
@@ -186,7 +187,6 @@ def test_a_run_waiting_for_devices_fails_when_the_head_stops(
     assert trainer.cli_json("training", "capacity")["pools"][0]["observed"] is None
 
 
-@pytest.mark.slow
 def test_a_real_sft_run_trains_on_ray(
     trainer_factory: Any, ray_head: RayHead, dev_models: Path
 ) -> None:

@@ -23,6 +23,9 @@ from tests.integration.helpers import (
     wait_phase,
 )
 
+# Every test here starts trainer processes and runs scripted jobs.
+pytestmark = pytest.mark.slow
+
 STEP = {"AKKA_SCRIPTED_STEP_SECONDS": "0.25"}
 
 
@@ -231,6 +234,7 @@ def test_logs_show_the_job_output(trainer: Any) -> None:
     assert "scripted crash at step 2" in out
 
 
+@pytest.mark.postgres
 def test_a_run_completes_on_a_postgres_trainer(trainer_factory: Any, postgres_server: str) -> None:
     schema, url = postgres_schema_url(postgres_server)
     try:

@@ -11,6 +11,9 @@ import yaml
 
 from akka_training.core.errors import Forbidden
 
+# Every test here talks to trainer processes through the real CLI.
+pytestmark = pytest.mark.slow
+
 CATALOG = [
     {
         "id": "qwen-test",

@@ -31,6 +31,9 @@ from tests.integration.helpers import (
     write_plan,
 )
 
+# Every test here trains for real in a trainer process.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "data"
 SHORT = 24  # a maxSeqLength some rows pass (rows are 24 or 25 tokens), to see data fit count them
 IMAGE_ROWS = [

@@ -144,7 +144,8 @@ def record_launch_failure(
             reason = (
                 FailureReason.CLUSTER_UNREACHABLE if unreachable else FailureReason.JOB_START_FAILED
             )
-            detail = f"{attempt.launch_tries} tries; the last one said: {error}"
+            tries = f"{attempt.launch_tries} {'try' if attempt.launch_tries == 1 else 'tries'}"
+            detail = f"{tries}; the last one said: {error}"
             attempt.state = AttemptState.EXITED
             attempt.outcome = AttemptOutcome.NOT_STARTED
             attempt.ended_at = now

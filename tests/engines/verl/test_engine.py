@@ -92,6 +92,7 @@ def job(
     return run
 
 
+@pytest.mark.slow
 def test_a_run_reports_steps_rollouts_snapshots_and_its_adapter(
     job: Callable, service: RecordingService
 ) -> None:
@@ -150,6 +151,7 @@ def fixture_dump(step: int) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.slow
 def test_stop_ends_verl_and_reports_stopped(job: Callable, service: RecordingService) -> None:
     service.decide = lambda kind, body: (
         "stop" if kind == "steps" and body["step"] >= 2 else "continue"
@@ -161,6 +163,7 @@ def test_stop_ends_verl_and_reports_stopped(job: Callable, service: RecordingSer
     assert "finished" not in service.kinds()
 
 
+@pytest.mark.slow
 def test_save_and_stop_saves_at_the_next_step(job: Callable, service: RecordingService) -> None:
     service.decide = lambda kind, body: "save-and-stop" if kind == "steps" else "continue"
     code, blobs = job(step_seconds="0.3", save_every=100, rl={"training": {"maxSteps": 12}})
@@ -171,6 +174,7 @@ def test_save_and_stop_saves_at_the_next_step(job: Callable, service: RecordingS
     assert blobs.exists(f"{snapshot['weights']}/adapter_config.json")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "code", "fragment"),
     [
@@ -230,6 +234,7 @@ def test_missing_verl_environment(service: RecordingService, tmp_path: Path) -> 
     assert failed["code"] == "job-start-failed" and "setup-verl-env.sh --gpu" in failed["detail"]
 
 
+@pytest.mark.slow
 def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
     reader = InMemoryMetricReader()
     made: list[JobTelemetry] = []
@@ -271,6 +276,7 @@ def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
     assert len(lines) == 3 and "policy_loss" in lines[0]
 
 
+@pytest.mark.slow
 def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Callable, tmp_path: Path) -> None:
     now = [0.0]
     made: list[StallWatchdog] = []

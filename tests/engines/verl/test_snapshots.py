@@ -156,6 +156,7 @@ print(json.dumps({"adapter": adapter, "same": same}))
 """
 
 
+@pytest.mark.slow
 def test_merger_adapter_loads_with_peft(verl_env: VerlEnv, tmp_path: Path) -> None:
     """verl's merger writes the adapter (``save_lora_adapter``) that PEFT loads back to the same
     model; on a GPU machine the smoke check runs the whole merge from FSDP shards."""
