@@ -138,9 +138,7 @@ def test_branch_and_continue_start_from_the_snapshot(trainer: Any) -> None:
 
 def test_the_service_killed_during_training_restarts_and_the_run_completes(trainer: Any) -> None:
     run = start_run(trainer, sft_plan("maths", "maths/train", steps=14))
-    wait_for(
-        trainer, run, lambda r: r.phase == "TRAINING" and r.progress.observed_step >= 2
-    )
+    wait_for(trainer, run, lambda r: r.phase == "TRAINING" and r.progress.observed_step >= 2)
     trainer.stop(signal.SIGKILL)
     trainer.start()
     done = wait_phase(trainer, run, "COMPLETED")
@@ -187,7 +185,9 @@ def test_a_backend_that_refuses_launches_ends_with_the_start_failure_sentence(
     run = start_run(trainer, sft_plan("maths", "maths/train"))
     failed = wait_phase(trainer, run, "FAILED")
     assert failed.failure is not None
-    assert failed.failure.first_line == "this run's job could not be started on the training cluster"
+    assert (
+        failed.failure.first_line == "this run's job could not be started on the training cluster"
+    )
     assert "3 tries" in failed.failure.reason
     assert trainer.cli_json("training", "capacity")["claims"] == []
 

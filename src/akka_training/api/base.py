@@ -25,6 +25,8 @@ class ResponseBody(BaseModel):
         validate_by_name=True,
         validate_by_alias=True,
         serialize_by_alias=True,
+        # Validators are built on first use: the client imports every model, and a command
+        # reads one or two of them.
         defer_build=True,
     )
 
@@ -42,7 +44,6 @@ class RequestBody(BaseModel):
         validate_by_name=True,
         validate_by_alias=True,
         serialize_by_alias=True,
-        defer_build=True,
     )
 
     def to_json(self) -> dict[str, Any]:
