@@ -37,6 +37,12 @@ def test_an_unknown_output_format_is_refused() -> None:
     assert result.stderr.strip() == "Error: -o takes text, json or yaml, not 'xml'."
 
 
+def test_a_global_flag_without_its_value_is_refused() -> None:
+    result = akka("training", "info", "--context")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "Error: --context needs a value."
+
+
 def test_serve_without_the_service_extra_names_the_extra() -> None:
     # As on an install without the `service` extra: the web server is not there.
     result = akka("trainer", "serve", prelude="import sys\nsys.modules['uvicorn'] = None")

@@ -191,3 +191,24 @@ def test_pipelines_answer_with_models(trainer: TrainerProcess) -> None:
     path = write_plan(trainer, pipeline, "pipeline.yaml")
     shown = trainer.cli_json("training", "pipelines", "start", "-f", str(path), "--dry-run")
     assert shown == checked.to_json()
+
+
+def test_a_body_with_an_unknown_field_is_refused_by_name(
+    trainer: TrainerProcess, run_id: str
+) -> None:
+    headers = {"Authorization": f"Bearer {trainer.admin_token}"}
+    response = httpx.post(
+        f"{trainer.url}/v1/runs/{run_id}/pause",
+        json={"checkpoint": "save", "chekpoint": "latest"},
+        headers=headers,
+        timeout=30,
+    )
+    assert response.status_code == 400
+    problem = "chekpoint is not a known field; remove it or check its spelling."
+    assert response.json() == {
+        "error": {
+            "code": "invalid",
+            "message": f"The request is not valid:\n  - {problem}",
+            "problems": [{"field": "chekpoint", "message": problem}],
+        }
+    }
