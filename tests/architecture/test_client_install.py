@@ -44,7 +44,9 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv
 
 
-def run(venv: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    venv: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(venv / "bin" / args[0]), *args[1:]],
         env=_clean_env(env),
