@@ -109,6 +109,10 @@ def test_every_read_is_the_json_the_service_sent(trainer: TrainerProcess, run_id
         for answer, path, params in reads:
             assert dumped(answer) == raw(trainer, path, **params), path
             assert unknown_keys(answer) == [], path
+        # The document the service serves is the one its routes declare.
+        served = raw(trainer, "/openapi.json")
+        assert served["components"]["schemas"]["RunWaitLine"]["discriminator"]
+        assert "401" in served["paths"]["/v1/runs/{run_ref}"]["get"]["responses"]
         metrics = client.metrics(run_id)
         assert [s.step for s in metrics.steps] == [1, 2, 3, 4]
         assert "loss" in metrics.steps[0].figures

@@ -8,7 +8,8 @@
         project: maths                      # optional default project
         login: akka_...                     # the login (an admin or project token)
 
-The file holds secrets, so it is written with mode 600.
+The file holds secrets, so it is written with mode 600. `find_context` and `find_url` choose the
+context and the trainer URL a command uses (`client.connection` adds the token).
 """
 
 from __future__ import annotations
