@@ -204,8 +204,9 @@ def test_a_real_sft_run_trains_on_ray(
     done = wait_phase(trainer, run, "COMPLETED", "FAILED", timeout=240)
     assert done.phase == "COMPLETED", trainer.cli("training", "runs", "logs", run).stdout
     assert steps_of(trainer, run) == [1, 2, 3, 4]
-    assert (done.results.training_loss or 0) > 0
-    adapter = trainer.home / "blobs" / done["results"]["model"]
+    assert done.results.training_loss is not None and done.results.training_loss > 0
+    assert done.results.model is not None
+    adapter = trainer.home / "blobs" / done.results.model
     assert (adapter / "adapter_model.safetensors").stat().st_size > 0
     info = job_info(ray_head, run, 1)
     assert " --entry akka_training.engines.job " in info.entrypoint
