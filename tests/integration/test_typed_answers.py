@@ -25,6 +25,8 @@ from tests.integration.helpers import (
     write_plan,
 )
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory: pytest.TempPathFactory) -> Any:
