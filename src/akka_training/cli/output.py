@@ -12,7 +12,7 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -23,16 +23,31 @@ COLUMN_GAP = 3
 # The width a table may take when stdout is not a terminal: no row is ever wrapped.
 PIPE_WIDTH = 1_000_000
 
+T = TypeVar("T")
 
-def emit(data: Any, text: Callable[[Any], None]) -> None:
-    """Print `data` as the chosen output format; `text` prints it for people."""
+
+def emit(data: T, text: Callable[[T], object]) -> None:
+    """Print `data` (an answer of the trainer: a model of `akka_training.api`, or a list of
+    them) as the chosen output format; `text` prints it for people."""
     fmt = state.output
     if fmt == "json":
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(plain(data), indent=2, default=str) + "\n")
     elif fmt == "yaml":
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+        sys.stdout.write(yaml.safe_dump(plain(data), sort_keys=False, default_flow_style=False))
     else:
         text(data)
+
+
+def plain(data: Any) -> Any:
+    """What ``-o json|yaml`` prints: each model as the service sent it
+    (``model_dump(mode="json", by_alias=True)``), inside lists and mappings too."""
+    if hasattr(data, "model_dump"):
+        return data.model_dump(mode="json", by_alias=True)
+    if isinstance(data, list | tuple):
+        return [plain(item) for item in data]
+    if isinstance(data, dict):
+        return {key: plain(value) for key, value in data.items()}
+    return data
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "") -> None:
@@ -84,12 +99,16 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def ago(iso: str | None) -> str:
-    if not iso:
+def ago(then: datetime | None) -> str:
+    if then is None:
         return "-"
-    then = datetime.fromisoformat(iso)
     seconds = max(0, (datetime.now(UTC) - then).total_seconds())
     return duration(seconds) + " ago"
+
+
+def when(moment: datetime | None, sep: str = " ") -> str:
+    """A timestamp to the second, as tables show it: ``2026-03-01 12:00:05``."""
+    return "-" if moment is None else moment.isoformat(sep)[:19]
 
 
 def duration(seconds: float | None) -> str:

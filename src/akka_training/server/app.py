@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -15,8 +16,10 @@ from akka_training.deployment.context import AppContext, build_context
 from akka_training.server.bootstrap import bootstrap
 from akka_training.server.errors import install_error_handlers
 from akka_training.server.observability import Observability
+from akka_training.server.openapi import document
 from akka_training.server.routers import (
     bundles,
+    capacity,
     catalog,
     datasets,
     grafana,
@@ -29,6 +32,14 @@ from akka_training.server.routers import (
 from akka_training.server.services.pipelines import advance_all
 
 log = logging.getLogger(__name__)
+
+ROUTERS = (system, projects, catalog, capacity, datasets, bundles, runs, pipelines, jobs, grafana)
+
+
+class TrainerApp(FastAPI):
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's document, with the schemas of streamed lines and self-parsed bodies."""
+        return document(self)
 
 
 def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
@@ -49,8 +60,8 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
             context.backend.close()
             context.db.dispose()
 
-    app = FastAPI(title="akka training", version=__version__, lifespan=lifespan)
+    app = TrainerApp(title="akka training", version=__version__, lifespan=lifespan)
     install_error_handlers(app)
-    for module in (system, projects, catalog, datasets, bundles, runs, pipelines, jobs, grafana):
+    for module in ROUTERS:
         app.include_router(module.router)
     return app

@@ -152,8 +152,25 @@ def test_token_refusals(api: httpx.Client) -> None:
             400,
             error(
                 "invalid",
-                "The request is not valid.",
-                [{"field": "name", "message": "Field required"}],
+                "The request is not valid:\n  - name is required; set it.",
+                [{"field": "name", "message": "name is required; set it."}],
+            ),
+        ),
+        (
+            "POST",
+            "/v1/projects",
+            {"name": "optics", "quotaa": 1},
+            400,
+            error(
+                "invalid",
+                "The request is not valid:\n  - quotaa is not a known field; remove it or "
+                "check its spelling.",
+                [
+                    {
+                        "field": "quotaa",
+                        "message": "quotaa is not a known field; remove it or check its spelling.",
+                    }
+                ],
             ),
         ),
         (

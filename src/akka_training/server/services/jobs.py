@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
+from akka_training.api.jobs import REPORTS
 from akka_training.core.errors import Conflict, Forbidden, InvalidRequest
 from akka_training.core.failures import FailureReason
 from akka_training.core.parsing import parse_model
@@ -29,18 +29,6 @@ from akka_training.core.states import AttemptOutcome, Request
 from akka_training.server.auth import Principal
 from akka_training.storage.models import Attempt, RolloutStep, Run, Snapshot, Step
 from akka_training.storage.transitions import event, move
-
-REPORTS: dict[str, type[BaseModel]] = {
-    "started": StartedReport,
-    "training": TrainingReport,
-    "steps": StepReport,
-    "snapshots": SnapshotReport,
-    "rollouts": RolloutsReport,
-    "heartbeat": HeartbeatReport,
-    "finished": FinishedReport,
-    "stopped": StoppedReport,
-    "failed": FailedReport,
-}
 
 
 def handle(

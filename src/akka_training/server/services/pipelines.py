@@ -171,10 +171,10 @@ def _start_stage(
     run_plan = stage.as_run_plan(plan.project)
     producer = stage_of(run_plan.config.dataset)
     if producer is not None:
+        source = session.get(Run, done[producer])
+        assert source is not None  # a completed stage's run stays
         try:
-            ref = stage_output_dataset(
-                session, ctx, pipeline.id, producer, session.get(Run, done[producer])
-            )  # type: ignore[arg-type]
+            ref = stage_output_dataset(session, ctx, pipeline.id, producer, source)
         except AkkaError as exc:
             _end(session, pipeline, "FAILED", f"stage {stage.name} could not start: {exc.message}")
             return None

@@ -40,7 +40,16 @@ def rollouts(
             note = f"Run {run.id} is a {run.method} run: only grpo and gspo runs keep rollouts."
         else:
             note = f"Run {run.id} has no rollouts: it has kept none yet, or it trained on a version that did not keep them."
-        return {**base, "step": None, "count": 0, "rollouts": [], "note": note}
+        return {
+            **base,
+            "step": None,
+            "count": 0,
+            "order": None,
+            "best": None,
+            "worst": None,
+            "rollouts": [],
+            "note": note,
+        }
     if step is None:
         row = session.scalar(
             select(RolloutStep)

@@ -314,11 +314,13 @@ def _wait_lines(
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         with ctx.db.session() as session:
+            # The run first, then its events: an event is committed with the change it tells
+            # of, so the events read after the run include the one of the phase it is in.
+            current = session.get(Run, run_id)
+            assert current is not None
             for e in events(session, run_id, after):
                 after = e["id"]
                 yield _line({"type": "event", **e})
-            current = session.get(Run, run_id)
-            assert current is not None
             if current.observed_step != step:
                 step = current.observed_step
                 yield _line(
