@@ -123,7 +123,7 @@ def run(work: Path, size: int, repeat: int) -> None:
             growths.append(sampler.peak - base)
             service_cpu.append(cpu_seconds(service) - cpu[0])
             client_cpu.append(cpu_seconds(psutil.Process()) - cpu[1])
-            assert result["rows"] == rows and result["bytes"] == size, result
+            assert result.rows == rows and result.bytes == size, result
         client.close()
     finally:
         trainer.close()

@@ -14,8 +14,10 @@
 # and transformers 5.9.0, plus TransferQueue (the V1 trainer's data plane).
 #
 # Both also install what the project's reward function needs inside verl's workers (the reward
-# layer imports pydantic, httpx, pyyaml and sympy; verl brings most of them already). The
-# project's own package is not installed: the training job puts it on PYTHONPATH.
+# layer imports pydantic, httpx, pyyaml, sympy and math-verify; verl brings most of them
+# already, and its omegaconf holds the ANTLR runtime at 4.9.3, the version the trainer's
+# environment pins for math-verify's parser too). The project's own package is not installed:
+# the training job puts it on PYTHONPATH.
 #
 # Idempotent: a stamp file records what was installed; a second run with the same mode checks
 # that verl still imports and returns.
@@ -41,7 +43,8 @@ cpu_torch="${AKKA_VERL_CPU_TORCH:-torch==2.13.0}"
 # `verl-core` extra); the CPU environment takes these alone, without the rest of that extra, so
 # the tests can call the trainer's own dump code.
 trainer_deps=(TransferQueue==0.1.11 cachetools fastapi uvicorn)
-reward_deps=(pydantic httpx pyyaml sympy)
+reward_deps=(pydantic httpx pyyaml sympy math-verify==0.9.0 latex2sympy2_extended==1.11.0
+  antlr4-python3-runtime==4.9.3)
 
 if [[ "$mode" == gpu ]]; then
   wanted="gpu verl[vllm]==$verl_version ${reward_deps[*]}"

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from akka_training.core.catalog import CatalogModel
 from akka_training.devmodels.build import BUILDER_VERSION, build_dev_models, directory_revision
 
@@ -55,6 +57,8 @@ def test_a_built_model_is_kept_and_an_outdated_one_rebuilt(tmp_path: Path) -> No
     assert entries[0]["revision"] == directory_revision(tmp_path / "tiny-chat")
 
 
+# The builder's command imports the training stack in a process of its own.
+@pytest.mark.slow
 def test_the_command_prints_catalog_entries(catalog: dict[str, dict[str, Any]]) -> None:
     dest = Path(catalog["tiny-chat"]["path"]).parent
     out = subprocess.run(

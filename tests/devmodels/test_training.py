@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from datasets import Dataset
 from peft import LoraConfig
@@ -17,6 +18,9 @@ from transformers import (
     AutoTokenizer,
 )
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
+
+# Every test here loads the development models and runs real generation and training steps.
+pytestmark = pytest.mark.slow
 
 CHAT = [
     {"role": "user", "content": "What is 12 + 35?"},

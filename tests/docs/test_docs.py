@@ -25,6 +25,7 @@ PAGES = [
     "supervised-fine-tuning.md",
     "verl.md",
     "deploy-ray.md",
+    "python-client.md",
     "contributing/ARCHITECTURE.md",
 ]
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import torch
 
 from akka_training.core.failures import FailureReason
-from akka_training.engines.failures import DataError, classify_failure
+from akka_training.engines.failures import (
+    DataError,
+    DeviceOutOfMemory,
+    JobCrashed,
+    classify_failure,
+    out_of_memory,
+)
 
 
 def test_device_and_host_memory_are_told_apart() -> None:
@@ -44,3 +50,25 @@ def test_known_errors_keep_their_reason_and_others_carry_their_traceback() -> No
     assert reason is FailureReason.TRAINING_ERROR
     assert detail.splitlines()[-1] == "ValueError: something odd"
     assert "Traceback" in detail
+
+
+def test_a_job_error_is_reported_as_it_is() -> None:
+    # verl's engine read this from verl's log: its tail is the detail, not a summary of it.
+    tail = "step 3\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"
+
+    assert classify_failure(DeviceOutOfMemory(tail), None) == (FailureReason.DEVICE_OOM, tail)
+    assert classify_failure(JobCrashed(""), None) == (FailureReason.JOB_CRASHED, "")
+
+
+def test_out_of_memory_is_found_in_what_an_exception_wraps() -> None:
+    try:
+        try:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
+        except RuntimeError as exc:
+            raise ValueError("the batch could not be scored") from exc
+    except ValueError as outer:
+        wrapped = outer
+
+    assert out_of_memory(wrapped) == "host"
+    assert out_of_memory(torch.OutOfMemoryError("CUDA out of memory")) == "device"
+    assert out_of_memory(ValueError("the batch could not be scored")) is None

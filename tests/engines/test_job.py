@@ -16,6 +16,9 @@ from tests.engines.conftest import ReportServer
 from tests.engines.jobs import TOKEN, make_spec, put_dataset, run_in_process
 from tests.engines.rows import chat_rows
 
+# Every test here runs the job entry point for real (in this process or as its own).
+pytestmark = pytest.mark.slow
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 SFT = {
     "method": "sft",

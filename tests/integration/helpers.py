@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from akka_training.api.runs import RunRecord
 from akka_training.testing.service import TrainerProcess
 
 # A catalog for tests whose jobs train nothing (the scripted job): no model files needed.
@@ -99,8 +101,11 @@ def run_get(trainer: TrainerProcess, run_id: str) -> dict[str, Any]:
 
 
 def wait_for(
-    trainer: TrainerProcess, run_id: str, predicate: Any, timeout: float = 120.0
-) -> dict[str, Any]:
+    trainer: TrainerProcess,
+    run_id: str,
+    predicate: Callable[[RunRecord], bool],
+    timeout: float = 120.0,
+) -> RunRecord:
     """Poll the run (through the client, not the CLI, to keep polling cheap) until `predicate`."""
     deadline = time.monotonic() + timeout
     with trainer.client() as client:
@@ -110,17 +115,17 @@ def wait_for(
                 return run
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"run {run_id} did not get there in {timeout} s: {run['phase']} {run['progress']}\n{trainer.log()[-3000:]}"
+                    f"run {run_id} did not get there in {timeout} s: {run.phase} {run.progress}\n{trainer.log()[-3000:]}"
                 )
             time.sleep(0.2)
 
 
 def wait_phase(
     trainer: TrainerProcess, run_id: str, *phases: str, timeout: float = 120.0
-) -> dict[str, Any]:
-    return wait_for(trainer, run_id, lambda r: r["phase"] in phases, timeout)
+) -> RunRecord:
+    return wait_for(trainer, run_id, lambda r: r.phase in phases, timeout)
 
 
 def steps_of(trainer: TrainerProcess, run_id: str) -> list[int]:
     with trainer.client() as client:
-        return [s["step"] for s in client.metrics(run_id)["steps"]]
+        return [s.step for s in client.metrics(run_id).steps]

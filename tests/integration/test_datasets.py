@@ -20,6 +20,9 @@ import pytest
 from akka_training.core.errors import Forbidden, NotFound, PayloadTooLarge
 from akka_training.testing.service import TrainerProcess
 
+# Every test here talks to a trainer process this module starts.
+pytestmark = pytest.mark.slow
+
 LIMIT = 256 * 1024
 LIMIT_MESSAGE = (
     "error: The upload is larger than this trainer's limit of 256 KiB (trainer.datasets.max-bytes); "
@@ -192,7 +195,7 @@ def test_a_client_that_goes_away_midway_leaves_nothing(trainer: TrainerProcess) 
         with pytest.raises(NotFound):
             admin.dataset_versions("maths/cut")
         # The service is fine afterwards.
-        assert admin.register_dataset("maths/cut", iter([body]))["ref"] == "maths/cut:v1"
+        assert admin.register_dataset("maths/cut", iter([body])).ref == "maths/cut:v1"
 
 
 def test_a_malformed_line_is_refused_with_its_number(
@@ -349,7 +352,7 @@ def test_unknown_references_say_what_exists(trainer: TrainerProcess, tmp_path: P
 
 def test_another_projects_token_is_refused(trainer: TrainerProcess, tmp_path: Path) -> None:
     with trainer.client() as admin:
-        secret = admin.create_token("physics-ci", ["physics"])["token"]
+        secret = admin.create_token("physics-ci", ["physics"]).token
     env = {"AKKA_ACCESS_TOKEN": secret}
     path = write(tmp_path, rows(2))
     result = trainer.cli(
@@ -364,7 +367,7 @@ def test_another_projects_token_is_refused(trainer: TrainerProcess, tmp_path: Pa
     with trainer.client(secret) as physics:
         with pytest.raises(Forbidden):
             physics.dataset("maths/train")
-        assert {d["project"] for d in physics.datasets()} == {"physics"}
+        assert {d.project for d in physics.datasets()} == {"physics"}
 
 
 def test_a_progress_bar_on_a_terminal_only(trainer_factory: Any, tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ def test_every_example_is_covered() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_the_trl_examples_pass_the_checks(trainer_factory: Any, dev_models: Path) -> None:
     trainer = deployment(trainer_factory, dev_models, "trl")
     sft = yaml.safe_load((EXAMPLES / "sft.yaml").read_text())
@@ -69,6 +70,7 @@ def test_the_trl_examples_pass_the_checks(trainer_factory: Any, dev_models: Path
     assert [s["name"] for s in stages] == ["sft", "grpo", "distill"]
 
 
+@pytest.mark.slow
 def test_the_verl_example_passes_the_checks_of_a_verl_deployment(
     trainer_factory: Any, dev_models: Path
 ) -> None:

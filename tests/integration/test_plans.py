@@ -15,6 +15,9 @@ from tests.integration.helpers import (
     write_plan,
 )
 
+# Every test here talks to a trainer process this module starts.
+pytestmark = pytest.mark.slow
+
 CATALOG = [
     {
         "id": "qwen3-0.6b",

@@ -19,8 +19,8 @@ import pytest
 
 from akka_training.backends.base import LaunchRefused, LaunchRequest
 from akka_training.backends.ray import RayBackend
-from akka_training.server.pools import PoolSpec
-from akka_training.server.settings import RayBackend as RaySettings
+from akka_training.config.pools import PoolSpec
+from akka_training.config.settings import RayBackend as RaySettings
 from tests.integration.helpers import (
     ensure_project,
     register_dataset,
@@ -34,7 +34,8 @@ from tests.integration.helpers import (
 )
 from tests.ray_cluster import RayHead
 
-pytestmark = pytest.mark.ray
+# Every test here starts or uses a Ray head.
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 START_FAILED = "this run's job could not be started on the training cluster"
 UNREACHABLE = "the training cluster could not be reached while this run waited for its devices"
@@ -95,7 +96,7 @@ def test_a_run_trains_as_a_ray_job_and_completes(trainer: Any, ray_head: RayHead
     assert pool["observed"] == 2  # the head's 2 CPUs, one device each
     run = start_run(trainer, sft_plan("maths", "maths/train", steps=4))
     done = wait_phase(trainer, run, "COMPLETED", timeout=90)
-    assert done["attempt"] == 1
+    assert done.attempt == 1
     assert steps_of(trainer, run) == [1, 2, 3, 4]
     assert ended_after_its_report(ray_head, run, 1)
     info = job_info(ray_head, run, 1)
@@ -115,26 +116,27 @@ def test_a_run_trains_as_a_ray_job_and_completes(trainer: Any, ray_head: RayHead
 
 def test_pause_save_then_resume_runs_a_second_ray_job(trainer: Any, ray_head: RayHead) -> None:
     run = start_run(trainer, sft_plan("maths", "maths/train", steps=10))
-    wait_for(trainer, run, lambda r: r["progress"]["observedStep"] >= 3, timeout=90)
+    wait_for(trainer, run, lambda r: r.progress.observed_step >= 3, timeout=90)
     trainer.cli("training", "runs", "pause", run, "--checkpoint", "save")
     paused = wait_phase(trainer, run, "PAUSED")
-    saved = paused["progress"]["savedStep"]
-    assert saved == paused["progress"]["observedStep"] >= 3
+    saved = paused.progress.saved_step
+    assert saved is not None
+    assert saved == paused.progress.observed_step >= 3
     assert ended_after_its_report(ray_head, run, 1)
     assert trainer.cli_json("training", "capacity")["claims"] == []
     trainer.cli("training", "runs", "resume", run)
     done = wait_phase(trainer, run, "COMPLETED", timeout=90)
-    assert done["attempt"] == 2
+    assert done.attempt == 2
     assert steps_of(trainer, run) == list(range(1, 11))
     assert ended_after_its_report(ray_head, run, 2)
 
 
 def test_cancel_while_training_stops_the_ray_job(trainer: Any, ray_head: RayHead) -> None:
     run = start_run(trainer, sft_plan("maths", "maths/train", steps=200))
-    wait_for(trainer, run, lambda r: r["progress"]["observedStep"] >= 2, timeout=90)
+    wait_for(trainer, run, lambda r: r.progress.observed_step >= 2, timeout=90)
     trainer.cli("training", "runs", "cancel", run)
     cancelled = wait_phase(trainer, run, "CANCELLED")
-    assert cancelled["progress"]["observedStep"] < 200
+    assert cancelled.progress.observed_step < 200
     assert job_info(ray_head, run, 1).status == "STOPPED"
     assert trainer.cli_json("training", "capacity")["claims"] == []
 
@@ -154,10 +156,11 @@ def test_a_submission_ray_refuses_fails_the_run_with_the_start_sentence(
     register_dataset(trainer, "maths/train")
     run = start_run(trainer, sft_plan("maths", "maths/train"))
     failed = wait_phase(trainer, run, "FAILED", timeout=60)
-    assert failed["failure"]["firstLine"] == START_FAILED
-    assert "2 tries" in failed["failure"]["reason"]
-    assert "Ray refused the job" in failed["failure"]["reason"]
-    assert "env_vars" in failed["failure"]["reason"]
+    assert failed.failure is not None
+    assert failed.failure.first_line == START_FAILED
+    assert "2 tries" in failed.failure.reason
+    assert "Ray refused the job" in failed.failure.reason
+    assert "env_vars" in failed.failure.reason
     assert trainer.cli_json("training", "capacity")["claims"] == []
     jobs = [j for j in ray_jobs(ray_head).list_jobs() if (j.metadata or {}).get("akka.run") == run]
     assert jobs == []
@@ -182,11 +185,10 @@ def test_a_run_waiting_for_devices_fails_when_the_head_stops(
     assert run_get(trainer, waiting)["phase"] == "QUEUED"
     head.stop()
     failed = wait_phase(trainer, waiting, "FAILED", timeout=60)
-    assert failed["failure"]["firstLine"] == UNREACHABLE
+    assert failed.failure is not None and failed.failure.first_line == UNREACHABLE
     assert trainer.cli_json("training", "capacity")["pools"][0]["observed"] is None
 
 
-@pytest.mark.slow
 def test_a_real_sft_run_trains_on_ray(
     trainer_factory: Any, ray_head: RayHead, dev_models: Path
 ) -> None:
@@ -200,10 +202,11 @@ def test_a_real_sft_run_trains_on_ray(
     register_dataset(trainer, "maths/train")
     run = start_run(trainer, sft_plan("maths", "maths/train", steps=4))
     done = wait_phase(trainer, run, "COMPLETED", "FAILED", timeout=240)
-    assert done["phase"] == "COMPLETED", trainer.cli("training", "runs", "logs", run).stdout
+    assert done.phase == "COMPLETED", trainer.cli("training", "runs", "logs", run).stdout
     assert steps_of(trainer, run) == [1, 2, 3, 4]
-    assert done["results"]["trainingLoss"] > 0
-    adapter = trainer.home / "blobs" / done["results"]["model"]
+    assert done.results.training_loss is not None and done.results.training_loss > 0
+    assert done.results.model is not None
+    adapter = trainer.home / "blobs" / done.results.model
     assert (adapter / "adapter_model.safetensors").stat().st_size > 0
     info = job_info(ray_head, run, 1)
     assert " --entry akka_training.engines.job " in info.entrypoint

@@ -23,6 +23,9 @@ from tests.integration.helpers import (
     wait_phase,
 )
 
+# Every test here starts trainer processes and runs scripted jobs.
+pytestmark = pytest.mark.slow
+
 STEP = {"AKKA_SCRIPTED_STEP_SECONDS": "0.25"}
 
 
@@ -51,9 +54,10 @@ def test_two_runs_compete_for_one_device_and_run_one_after_the_other(trainer: An
     assert capacity["pools"][0]["queued"] == 1
     done_first = wait_phase(trainer, first, "COMPLETED")
     done_second = wait_phase(trainer, second, "COMPLETED")
-    assert done_second["startedAt"] >= done_first["endedAt"]
+    assert done_second.started_at is not None and done_first.ended_at is not None
+    assert done_second.started_at >= done_first.ended_at
     assert trainer.cli_json("training", "capacity")["claims"] == []
-    assert done_first["cost"]["gpuSeconds"] > 0
+    assert done_first.cost.gpu_seconds > 0
 
 
 def test_quota_holds_a_second_run_of_the_same_project(trainer_factory: Any) -> None:
@@ -80,15 +84,16 @@ def test_quota_holds_a_second_run_of_the_same_project(trainer_factory: Any) -> N
 
 def test_pause_save_then_resume_reports_each_step_once(trainer: Any) -> None:
     run = start_run(trainer, sft_plan("maths", "maths/train", steps=10))
-    wait_for(trainer, run, lambda r: r["progress"]["observedStep"] >= 3)
+    wait_for(trainer, run, lambda r: r.progress.observed_step >= 3)
     trainer.cli("training", "runs", "pause", run, "--checkpoint", "save")
     paused = wait_phase(trainer, run, "PAUSED")
-    saved = paused["progress"]["savedStep"]
-    assert saved == paused["progress"]["observedStep"] >= 3
+    saved = paused.progress.saved_step
+    assert saved is not None
+    assert saved == paused.progress.observed_step >= 3
     assert trainer.cli_json("training", "capacity")["claims"] == []
     trainer.cli("training", "runs", "resume", run)
     done = wait_phase(trainer, run, "COMPLETED")
-    assert done["attempt"] == 2
+    assert done.attempt == 2
     assert steps_of(trainer, run) == list(range(1, 11))
     metrics = trainer.cli_json("training", "runs", "metrics", run)["steps"]
     assert {s["attempt"] for s in metrics if s["step"] <= saved} == {1}
@@ -97,10 +102,10 @@ def test_pause_save_then_resume_reports_each_step_once(trainer: Any) -> None:
 
 def test_pause_latest_stops_at_the_last_snapshot(trainer: Any) -> None:
     run = start_run(trainer, sft_plan("maths", "maths/train", steps=12))
-    wait_for(trainer, run, lambda r: r["progress"]["observedStep"] >= 5)
+    wait_for(trainer, run, lambda r: r.progress.observed_step >= 5)
     trainer.cli("training", "runs", "pause", run, "--checkpoint", "latest")
     paused = wait_phase(trainer, run, "PAUSED")
-    saved = paused["progress"]["savedStep"]
+    saved = paused.progress.saved_step
     assert saved is not None and saved % 2 == 0
     trainer.cli("training", "runs", "resume", run)
     wait_phase(trainer, run, "COMPLETED")
@@ -120,25 +125,24 @@ def test_branch_and_continue_start_from_the_snapshot(trainer: Any) -> None:
     )
     b = wait_phase(trainer, branched["id"], "COMPLETED")
     c = wait_phase(trainer, continued["id"], "COMPLETED")
-    assert b["source"] == {"run": source, "snapshot": "step-4", "kind": "branch"}
-    assert c["source"]["kind"] == "continue"
-    assert steps_of(trainer, b["id"]) == [1, 2, 3]
-    assert steps_of(trainer, c["id"]) == [5, 6, 7]
-    assert b["settings"]["source"]["weights"].endswith("step-4/weights")
-    assert c["settings"]["source"]["trainingState"].endswith("step-4/training-state")
+    assert b.source is not None and c.source is not None
+    assert b.source.to_json() == {"run": source, "snapshot": "step-4", "kind": "branch"}
+    assert c.source.kind == "continue"
+    assert steps_of(trainer, b.id) == [1, 2, 3]
+    assert steps_of(trainer, c.id) == [5, 6, 7]
+    assert b.settings["source"]["weights"].endswith("step-4/weights/")
+    assert c.settings["source"]["trainingState"].endswith("step-4/training-state/")
     tree = trainer.cli("training", "runs", "tree", source).stdout
     assert branched["id"] in tree and continued["id"] in tree and "branch at step-4" in tree
 
 
 def test_the_service_killed_during_training_restarts_and_the_run_completes(trainer: Any) -> None:
     run = start_run(trainer, sft_plan("maths", "maths/train", steps=14))
-    wait_for(
-        trainer, run, lambda r: r["phase"] == "TRAINING" and r["progress"]["observedStep"] >= 2
-    )
+    wait_for(trainer, run, lambda r: r.phase == "TRAINING" and r.progress.observed_step >= 2)
     trainer.stop(signal.SIGKILL)
     trainer.start()
     done = wait_phase(trainer, run, "COMPLETED")
-    assert done["attempt"] == 1  # the job outlived the service and kept reporting
+    assert done.attempt == 1  # the job outlived the service and kept reporting
     assert steps_of(trainer, run) == list(range(1, 15))
 
 
@@ -159,8 +163,9 @@ def test_a_job_that_dies_without_a_report_gets_a_classified_reason(
         trainer, sft_plan("maths", "maths/train", steps=6, modelName=f"scripted:{mode}")
     )
     failed = wait_phase(trainer, run, "FAILED")
-    assert failed["failure"]["code"] == code
-    assert words in failed["failure"]["reason"]
+    assert failed.failure is not None
+    assert failed.failure.code == code
+    assert words in failed.failure.reason
     out = trainer.cli("training", "runs", "get", run).stdout
     assert "Failure:" in out
     assert trainer.cli_json("training", "capacity")["claims"] == []
@@ -179,20 +184,20 @@ def test_a_backend_that_refuses_launches_ends_with_the_start_failure_sentence(
     register_dataset(trainer, "maths/train")
     run = start_run(trainer, sft_plan("maths", "maths/train"))
     failed = wait_phase(trainer, run, "FAILED")
+    assert failed.failure is not None
     assert (
-        failed["failure"]["firstLine"]
-        == "this run's job could not be started on the training cluster"
+        failed.failure.first_line == "this run's job could not be started on the training cluster"
     )
-    assert "3 tries" in failed["failure"]["reason"]
+    assert "3 tries" in failed.failure.reason
     assert trainer.cli_json("training", "capacity")["claims"] == []
 
 
 def test_cancel_while_training_stops_the_job_and_frees_the_device(trainer: Any) -> None:
     run = start_run(trainer, sft_plan("maths", "maths/train", steps=40))
-    wait_for(trainer, run, lambda r: r["progress"]["observedStep"] >= 2)
+    wait_for(trainer, run, lambda r: r.progress.observed_step >= 2)
     trainer.cli("training", "runs", "cancel", run)
     cancelled = wait_phase(trainer, run, "CANCELLED")
-    assert cancelled["progress"]["observedStep"] < 40
+    assert cancelled.progress.observed_step < 40
     wait_for(trainer, run, lambda r: True)
     assert trainer.cli_json("training", "capacity")["claims"] == []
 
@@ -204,8 +209,8 @@ def test_a_run_whose_steps_stop_is_marked_stalled(trainer_factory: Any) -> None:
     ensure_project(trainer, "maths")
     register_dataset(trainer, "maths/train")
     run = start_run(trainer, sft_plan("maths", "maths/train", steps=6, modelName="scripted:hang"))
-    stalled = wait_for(trainer, run, lambda r: r.get("stalled") is not None, timeout=60)
-    assert stalled["phase"] == "TRAINING"
+    stalled = wait_for(trainer, run, lambda r: r.stalled is not None, timeout=60)
+    assert stalled.phase == "TRAINING"
     assert "Stalled:" in trainer.cli("training", "runs", "get", run).stdout
     trainer.cli("training", "runs", "cancel", run)
     wait_phase(trainer, run, "CANCELLED")
@@ -231,6 +236,7 @@ def test_logs_show_the_job_output(trainer: Any) -> None:
     assert "scripted crash at step 2" in out
 
 
+@pytest.mark.postgres
 def test_a_run_completes_on_a_postgres_trainer(trainer_factory: Any, postgres_server: str) -> None:
     schema, url = postgres_schema_url(postgres_server)
     try:

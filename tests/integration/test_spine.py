@@ -11,6 +11,9 @@ import yaml
 
 from akka_training.core.errors import Forbidden
 
+# Every test here talks to trainer processes through the real CLI.
+pytestmark = pytest.mark.slow
+
 CATALOG = [
     {
         "id": "qwen-test",
@@ -154,12 +157,12 @@ def test_a_project_token_cannot_read_another_project(verl_trainer: Any) -> None:
     admin = verl_trainer.client()
     admin.create_project("alpha", quota=2)
     admin.create_project("beta", quota=None)
-    secret = admin.create_token("alpha-ci", ["alpha"])["token"]
+    secret = admin.create_token("alpha-ci", ["alpha"]).token
     with verl_trainer.client(secret) as alpha:
-        assert alpha.project("alpha")["quota"] == 2
+        assert alpha.project("alpha").quota == 2
         with pytest.raises(Forbidden):
             alpha.project("beta")
-        assert [p["name"] for p in alpha.projects()] == ["alpha"]
+        assert [p.name for p in alpha.projects()] == ["alpha"]
     result = verl_trainer.cli(
         "training", "projects", "get", "beta", env={"AKKA_ACCESS_TOKEN": secret}, check=False
     )
@@ -189,7 +192,7 @@ def test_an_unknown_context_lists_the_known_ones(verl_trainer: Any) -> None:
 def test_access_token_variable_beats_the_login(verl_trainer: Any) -> None:
     admin = verl_trainer.client()
     admin.create_project("gamma", quota=None)
-    secret = admin.create_token("gamma-bot", ["gamma"])["token"]
+    secret = admin.create_token("gamma-bot", ["gamma"]).token
     as_login = verl_trainer.cli_json("auth", "current-login")
     assert as_login["kind"] == "access" and as_login["projects"] is None
     assert as_login["credential"] == "context local"

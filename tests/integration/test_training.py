@@ -31,6 +31,9 @@ from tests.integration.helpers import (
     write_plan,
 )
 
+# Every test here trains for real in a trainer process.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "data"
 SHORT = 24  # a maxSeqLength some rows pass (rows are 24 or 25 tokens), to see data fit count them
 IMAGE_ROWS = [
@@ -203,10 +206,10 @@ def test_pause_and_resume_continue_the_same_loss_curve(trainer: TrainerProcess) 
     straight = run_to_end(trainer, sft_plan(steps=150))
     path = write_plan(trainer, sft_plan(steps=150), "paused.yaml")
     run_id = trainer.cli_json("training", "runs", "start", "-f", str(path))["id"]
-    wait_for(trainer, run_id, lambda r: r["progress"]["observedStep"] >= 3, timeout=300)
+    wait_for(trainer, run_id, lambda r: r.progress.observed_step >= 3, timeout=300)
     trainer.cli("training", "runs", "pause", run_id, "--checkpoint", "save")
     paused = wait_phase(trainer, run_id, "PAUSED", timeout=300)
-    assert paused["progress"]["savedStep"] == paused["progress"]["observedStep"]
+    assert paused.progress.saved_step == paused.progress.observed_step
     trainer.cli("training", "runs", "resume", run_id)
     wait_phase(trainer, run_id, "COMPLETED", timeout=300)
     one = trainer.cli_json("training", "runs", "metrics", straight["id"], "--fields", "loss")[
@@ -400,5 +403,5 @@ def test_a_job_over_its_host_memory_fails_with_the_host_memory_reason(
     path = write_plan(t, sft_plan(steps=2))
     run_id = t.cli_json("training", "runs", "start", "-f", str(path))["id"]
     failed = wait_phase(t, run_id, "FAILED", timeout=300)
-    assert failed["failure"]["code"] == "host-oom"
-    assert "ran out of host memory" in failed["failure"]["firstLine"]
+    assert failed.failure is not None and failed.failure.code == "host-oom"
+    assert "ran out of host memory" in failed.failure.first_line

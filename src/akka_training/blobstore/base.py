@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import builtins
 from pathlib import Path
 from typing import BinaryIO
 
@@ -82,7 +83,7 @@ class BlobStore(abc.ABC):
                 w.write(chunk)
             w.commit()
 
-    def put_dir(self, prefix: str, directory: Path) -> list[str]:
+    def put_dir(self, prefix: str, directory: Path) -> builtins.list[str]:
         """Upload every file under `directory` below `prefix`; returns the keys written."""
         keys = []
         for path in sorted(p for p in directory.rglob("*") if p.is_file()):

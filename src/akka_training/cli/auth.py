@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
-from akka_training.cli.output import details, emit, table
+from akka_training.cli.output import details, emit, table, when
 from akka_training.cli.state import state
-from akka_training.client.api import TrainerClient
 from akka_training.client.contexts import Context
+
+if TYPE_CHECKING:
+    from akka_training.api.system import Token
 
 app = typer.Typer(help="Log in to a trainer and manage tokens.", no_args_is_help=True)
 tokens_app = typer.Typer(help="Create, list and revoke tokens.", no_args_is_help=True)
@@ -25,6 +27,9 @@ def login(
     name: str = typer.Option(None, "--name", help="Context to store the login in."),
 ) -> None:
     """Store a login in a context (the current one, or --name / --context), after checking it."""
+    # Imported here, as every command that needs the trainer does: see `State.connection`.
+    from akka_training.client.trainer import TrainerClient
+
     config = state.config
     ctx_name = name or state.context_name() or "default"
     ctx = config.contexts.get(ctx_name)
@@ -46,9 +51,8 @@ def login(
         ctx.project = project
     config.current = config.current or ctx_name
     config.save()
-    login_info = answer["login"]
     if not state.quiet:
-        print(f"Logged in to {host} as {login_info['name']} (context {ctx_name}).")
+        print(f"Logged in to {host} as {answer.login.name} (context {ctx_name}).")
 
 
 @app.command()
@@ -66,15 +70,15 @@ def logout() -> None:
 @app.command("current-login")
 def current_login() -> None:
     """Who the CLI acts as, and where that credential comes from."""
-    _, source = state.credential()
+    connection = state.connection()
     who = state.client().whoami()
-    ctx = state.current_context()
+    ctx = connection.context
     data = {
         "context": ctx.name if ctx else None,
         "apiHost": ctx.api_host if ctx else None,
-        "trainerUrl": state.url(),
-        "credential": source,
-        **who,
+        "trainerUrl": connection.url,
+        "credential": connection.credential,
+        **who.to_json(),
     }
     emit(
         data,
@@ -84,9 +88,9 @@ def current_login() -> None:
                 ("API host", d["apiHost"]),
                 ("Trainer", d["trainerUrl"]),
                 ("Credential", d["credential"]),
-                ("Token", f"{d['name']} ({d['tokenId']})"),
-                ("Kind", d["kind"]),
-                ("Projects", "all" if d["projects"] is None else d["projects"]),
+                ("Token", f"{who.name} ({who.token_id})"),
+                ("Kind", who.kind),
+                ("Projects", "all" if who.projects is None else who.projects),
             ]
         ),
     )
@@ -103,10 +107,10 @@ def tokens_create(
     created = state.client().create_token(name, project, admin, expires_in_days)
     emit(
         created,
-        lambda d: (
-            print(d["token"]),
+        lambda t: (
+            print(t.token),
             print(
-                f"Token {d['id']} ({d['name']}) created; keep the secret above, it is not shown again.",
+                f"Token {t.id} ({t.name}) created; keep the secret above, it is not shown again.",
                 file=sys.stderr,
             ),
         ),
@@ -116,30 +120,29 @@ def tokens_create(
 @tokens_app.command("list")
 def tokens_list() -> None:
     """Tokens you can see."""
-    rows = state.client().tokens()
-    emit(rows, _print_tokens)
+    emit(state.client().tokens(), _print_tokens)
 
 
 @tokens_app.command("revoke")
 def tokens_revoke(token_id: str) -> None:
     """Revoke a token (and the access tokens exchanged from it)."""
     revoked = state.client().revoke_token(token_id)
-    emit(revoked, lambda d: print(f"Revoked token {d['id']} ({d['name']})."))
+    emit(revoked, lambda t: print(f"Revoked token {t.id} ({t.name})."))
 
 
-def _print_tokens(rows: list[dict[str, Any]]) -> None:
+def _print_tokens(rows: list[Token]) -> None:
     table(
         ["ID", "NAME", "KIND", "PROJECTS", "CREATED", "EXPIRES", "REVOKED"],
         [
             [
-                r["id"],
-                r["name"],
-                r["kind"],
-                "all" if r["projects"] is None else r["projects"],
-                r["createdAt"][:19],
-                (r["expiresAt"] or "-")[:19],
-                (r["revokedAt"] or "-")[:19],
+                t.id,
+                t.name,
+                t.kind,
+                "all" if t.projects is None else t.projects,
+                when(t.created_at, "T"),
+                when(t.expires_at, "T"),
+                when(t.revoked_at, "T"),
             ]
-            for r in rows
+            for t in rows
         ],
     )

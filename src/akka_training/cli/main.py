@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 
-import click
 import typer
 
 from akka_training.cli import auth, config, trainer
@@ -39,6 +38,10 @@ _VALUED = {
 _FLAGS = {"--no-color": "no_color", "--force": "force", "-q": "quiet", "--quiet": "quiet"}
 
 
+class UsageProblem(Exception):
+    """A command line the CLI cannot read: printed as ``Error: ...``, exit status 2."""
+
+
 def extract_globals(argv: list[str]) -> list[str]:
     """Take the global flags out of `argv` (wherever they stand) into `state`."""
     rest: list[str] = []
@@ -52,7 +55,7 @@ def extract_globals(argv: list[str]) -> list[str]:
         if name in _VALUED:
             if not eq:
                 if i + 1 >= len(argv):
-                    raise click.UsageError(f"{name} needs a value.")
+                    raise UsageProblem(f"{name} needs a value.")
                 value = argv[i + 1]
                 i += 1
             setattr(state, _VALUED[name], value)
@@ -62,7 +65,7 @@ def extract_globals(argv: list[str]) -> list[str]:
             rest.append(arg)
         i += 1
     if state.output not in ("text", "json", "yaml"):
-        raise click.UsageError(f"-o takes text, json or yaml, not {state.output!r}.")
+        raise UsageProblem(f"-o takes text, json or yaml, not {state.output!r}.")
     if os.environ.get("NO_COLOR"):
         state.no_color = True
     return rest
@@ -82,14 +85,23 @@ def run() -> None:
     except AkkaError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         sys.exit(1)
-    except click.exceptions.Exit as exc:
+    except UsageProblem as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("Aborted.", file=sys.stderr)
         sys.exit(1)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+    except typer.TyperException as exc:
+        # typer's own usage errors (a missing argument, an unknown command): its message and
+        # exit status, without a traceback.
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        else:
+            print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(int(getattr(exc, "exit_code", 2)))
     except KeyboardInterrupt:
         sys.exit(130)
     finally:

@@ -1,51 +1,86 @@
-"""Printing: aligned tables and detail rows for people, JSON and YAML for programs."""
+"""Printing: aligned tables and detail rows for people, JSON and YAML for programs.
+
+Tables and detail rows are rendered by rich, imported when one is printed (the CLI's start time
+matters)."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from akka_training.cli.state import state
 
+# Spaces between two columns of a table (and between a detail's key and its value).
+COLUMN_GAP = 3
+# The width a table may take when stdout is not a terminal: no row is ever wrapped.
+PIPE_WIDTH = 1_000_000
 
-def emit(data: Any, text: Callable[[Any], None]) -> None:
-    """Print `data` as the chosen output format; `text` prints it for people."""
+T = TypeVar("T")
+
+
+def emit(data: T, text: Callable[[T], object]) -> None:
+    """Print `data` (an answer of the trainer: a model of `akka_training.api`, or a list of
+    them) as the chosen output format; `text` prints it for people."""
     fmt = state.output
     if fmt == "json":
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(plain(data), indent=2, default=str) + "\n")
     elif fmt == "yaml":
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+        sys.stdout.write(yaml.safe_dump(plain(data), sort_keys=False, default_flow_style=False))
     else:
         text(data)
 
 
+def plain(data: Any) -> Any:
+    """What ``-o json|yaml`` prints: each model as the service sent it
+    (``model_dump(mode="json", by_alias=True)``), inside lists and mappings too."""
+    if hasattr(data, "model_dump"):
+        return data.model_dump(mode="json", by_alias=True)
+    if isinstance(data, list | tuple):
+        return [plain(item) for item in data]
+    if isinstance(data, dict):
+        return {key: plain(value) for key, value in data.items()}
+    return data
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "") -> None:
-    cells = [[cell(v) for v in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, v in enumerate(row):
-            widths[i] = max(widths[i], len(v))
-    line = "   ".join(h.ljust(widths[i]) for i, h in enumerate(headers)).rstrip()
-    print(indent + line)
-    for row in cells:
-        print(indent + "   ".join(v.ljust(widths[i]) for i, v in enumerate(row)).rstrip())
+    """Print `rows` under `headers`: left-aligned columns three spaces apart, no borders."""
+    from rich.table import Table
+
+    grid = Table(
+        box=None,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, COLUMN_GAP, 0, 0),
+        header_style="bold",
+    )
+    for header in headers:
+        grid.add_column(_text(header), justify="left")
+    for row in rows:
+        grid.add_row(*(_text(cell(v)) for v in row))
+    _print(grid, indent)
 
 
 def details(rows: Sequence[tuple[str, Any]], indent: str = "") -> None:
+    """Print `(key, value)` rows: keys in one column, values three spaces after the longest
+    key; a value of several lines continues in the value column."""
     if not rows:
         return
-    width = max(len(k) for k, _ in rows)
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, COLUMN_GAP, 0, 0))
+    grid.add_column(justify="left")
+    grid.add_column(justify="left")
     for key, value in rows:
-        text = cell(value)
-        lines = text.splitlines() or [""]
-        print(f"{indent}{key.ljust(width)}   {lines[0]}")
-        for extra in lines[1:]:
-            print(f"{indent}{' ' * width}   {extra}")
+        grid.add_row(_text(key), _text(cell(value)))
+    _print(grid, indent)
 
 
 def section(title: str) -> None:
@@ -64,12 +99,16 @@ def cell(value: Any) -> str:
     return str(value)
 
 
-def ago(iso: str | None) -> str:
-    if not iso:
+def ago(then: datetime | None) -> str:
+    if then is None:
         return "-"
-    then = datetime.fromisoformat(iso)
     seconds = max(0, (datetime.now(UTC) - then).total_seconds())
     return duration(seconds) + " ago"
+
+
+def when(moment: datetime | None, sep: str = " ") -> str:
+    """A timestamp to the second, as tables show it: ``2026-03-01 12:00:05``."""
+    return "-" if moment is None else moment.isoformat(sep)[:19]
 
 
 def duration(seconds: float | None) -> str:
@@ -95,3 +134,36 @@ def human_bytes(n: float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def _text(value: str) -> Any:
+    # A Text is printed as it is: no markup (`[1, 2)` stays), no emoji codes, no highlighting.
+    from rich.text import Text
+
+    return Text(value)
+
+
+def _print(renderable: Any, indent: str) -> None:
+    """Render `renderable` for this stdout and print it line by line after `indent`.
+
+    A terminal gets its own width and, unless colour is off (``--no-color``, ``NO_COLOR``),
+    styling; anything else (a pipe, a file) gets plain text as wide as the rows are, so that a
+    program reading the output finds each row on one line."""
+    from rich.console import Console
+
+    terminal = sys.stdout.isatty()
+    styled = terminal and not (state.no_color or os.environ.get("NO_COLOR"))
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=shutil.get_terminal_size().columns - len(indent) if terminal else PIPE_WIDTH,
+        force_terminal=styled,
+        no_color=not styled,
+        color_system="auto" if styled else None,
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
+    console.print(renderable)
+    for line in buffer.getvalue().splitlines():
+        sys.stdout.write(f"{indent}{line}".rstrip() + "\n")

@@ -7,7 +7,33 @@ from pathlib import Path
 
 import typer
 
+from akka_training.core.errors import AkkaError
+
 app = typer.Typer(help="Run the trainer service.", no_args_is_help=True)
+
+# The top-level modules the `service` extra installs; a missing one means the extra is.
+SERVICE_MODULES = frozenset(
+    {
+        "alembic",
+        "fastapi",
+        "jwt",
+        "opentelemetry",
+        "prometheus_client",
+        "psutil",
+        "psycopg",
+        "pydantic_settings",
+        "pyarrow",
+        "pynvml",
+        "sqlalchemy",
+        "starlette",
+        "uvicorn",
+    }
+)
+
+
+class ServiceNotInstalled(AkkaError):
+    code = "service-not-installed"
+    status = 0
 
 
 @app.command()
@@ -19,12 +45,23 @@ def serve(
 ) -> None:
     """Serve the trainer API (default http://127.0.0.1:9001): SQLite and a local blob directory
     under AKKA_HOME, the local backend and the development catalog unless settings say otherwise."""
-    # Imported here so that the rest of the CLI starts without the service's dependencies.
-    import uvicorn
+    # Imported here so that the rest of the CLI starts without the service's dependencies,
+    # which an install without the `service` extra does not have.
+    try:
+        import uvicorn
 
-    from akka_training.server.app import create_app
-    from akka_training.server.context import build_context
-    from akka_training.server.settings import load_settings
+        from akka_training.config.settings import load_settings
+        from akka_training.deployment.context import build_context
+        from akka_training.server.app import create_app
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if top not in SERVICE_MODULES:
+            raise
+        raise ServiceNotInstalled(
+            f"akka trainer serve needs the trainer service's dependencies, which this "
+            f"installation lacks (no module {top!r}): install them with "
+            f"pip install 'akka-training[service]'."
+        ) from None
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -1,17 +1,22 @@
-"""The client's plumbing: requests, errors, streaming.
+"""The client's plumbing: requests, errors, typed answers, streamed lines.
 
 Errors come back as the exception the service raised (`akka_training.core.errors`), rebuilt
-from the error code; a service that does not answer raises `TrainerUnreachable`.
+from the error code; a service that does not answer raises `TrainerUnreachable`. Answers come
+back as the models of `akka_training.api`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Self
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Self, TypeVar
 
 import httpx
+from pydantic import BaseModel, TypeAdapter
 
 from akka_training.core.errors import AkkaError, TrainerUnreachable, error_from_json
+
+T = TypeVar("T")
 
 
 class BaseClient:
@@ -51,6 +56,7 @@ class BaseClient:
         headers: dict[str, str] | None = None,
         timeout: float | None = None,
     ) -> Any:
+        """Send a request; the decoded JSON answer, or the exception of an error answer."""
         params = {k: v for k, v in (params or {}).items() if v is not None}
         response = self._send(method, path, json, params, content, headers, timeout)
         if response.status_code == 401 and self._refresh is not None and not _is_stream(content):
@@ -60,6 +66,30 @@ class BaseClient:
                 self._http.headers["Authorization"] = f"Bearer {token}"
                 response = self._send(method, path, json, params, content, headers, timeout)
         return _decode(response)
+
+    def call(
+        self,
+        answer: type[T],
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        content: bytes | Iterable[bytes] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> T:
+        """`request`, with the answer read as `answer` (a model of `akka_training.api`)."""
+        data = self.request(
+            method,
+            path,
+            json=json,
+            params=params,
+            content=content,
+            headers=headers,
+            timeout=timeout,
+        )
+        return adapter(answer).validate_python(data)
 
     def _send(
         self,
@@ -93,7 +123,8 @@ class BaseClient:
 
     def stream_lines(
         self, path: str, params: dict[str, Any] | None = None, timeout: float | None = None
-    ) -> Iterator[str]:
+    ) -> Iterator[dict[str, Any]]:
+        """The JSON objects of a line-delimited answer, as they arrive."""
         params = {k: v for k, v in (params or {}).items() if v is not None}
         try:
             with self._http.stream(
@@ -102,20 +133,24 @@ class BaseClient:
                 if response.status_code >= 400:
                     response.read()
                     _decode(response)
-                yield from response.iter_lines()
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield json.loads(line)
         except httpx.ConnectError as exc:
             raise TrainerUnreachable(f"The trainer at {self.url} does not answer.") from exc
         except httpx.RemoteProtocolError as exc:
             raise TrainerUnreachable(f"The trainer at {self.url} closed the stream.") from exc
 
-    def get(self, path: str, **params: Any) -> Any:
-        return self.request("GET", path, params=params)
 
-    def post(self, path: str, body: Any = None, **params: Any) -> Any:
-        return self.request("POST", path, json=body, params=params)
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
 
-    def delete(self, path: str, **params: Any) -> Any:
-        return self.request("DELETE", path, params=params)
+
+def adapter(answer: Any) -> TypeAdapter[Any]:
+    """One validator per answer type, built on first use."""
+    found = _ADAPTERS.get(answer)
+    if found is None:
+        found = _ADAPTERS[answer] = TypeAdapter(answer)
+    return found
 
 
 def _is_stream(content: object) -> bool:
@@ -136,3 +171,11 @@ def _decode(response: httpx.Response) -> Any:
     if response.headers.get("content-type", "").startswith("application/json"):
         return response.json()
     return response.text
+
+
+def plan_document(plan: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    """A plan as the service reads it: a model sends the fields that were set, so the stored
+    plan is what its author wrote, not every default."""
+    if isinstance(plan, BaseModel):
+        return plan.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return dict(plan)

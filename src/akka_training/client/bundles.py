@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from akka_training.api.bundles import Bundle
 from akka_training.client.base import BaseClient
 
 
 class BundlesApi(BaseClient):
-    def register_bundle(self, ref: str, data: bytes) -> dict[str, Any]:
-        return self.request(
-            "POST", f"/v1/bundles/{ref}", content=data, headers={"content-type": "application/zip"}
+    def register_bundle(self, ref: str, data: bytes) -> Bundle:
+        """Register a packed bundle (`rewards.bundles.pack_bundle`) as a version of
+        ``PROJECT/NAME``; ``.existing`` is true when the same content was registered before."""
+        return self.call(
+            Bundle,
+            "POST",
+            f"/v1/bundles/{ref}",
+            content=data,
+            headers={"content-type": "application/zip"},
         )
 
-    def bundles(self, project: str | None = None) -> list[dict[str, Any]]:
-        return self.get("/v1/bundles", project=project)
+    def bundles(self, project: str | None = None) -> list[Bundle]:
+        return self.call(list[Bundle], "GET", "/v1/bundles", params={"project": project})
 
-    def bundle(self, ref: str) -> dict[str, Any]:
-        return self.get(f"/v1/bundles/{ref}")
+    def bundle(self, ref: str) -> Bundle:
+        return self.call(Bundle, "GET", f"/v1/bundles/{ref}")

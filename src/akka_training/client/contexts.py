@@ -8,7 +8,8 @@
         project: maths                      # optional default project
         login: akka_...                     # the login (an admin or project token)
 
-The file holds secrets, so it is written with mode 600.
+The file holds secrets, so it is written with mode 600. `find_context` and `find_url` choose the
+context and the trainer URL a command uses (`client.connection` adds the token).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 import yaml
 
 from akka_training.core.errors import InvalidRequest
+
+DEFAULT_URL = "http://localhost:9001"
 
 
 @dataclass
@@ -99,6 +102,26 @@ def load_config(path: Path | None = None) -> ConfigFile:
             login=body.get("login"),
         )
     return ConfigFile(path, data.get("current-context"), contexts)
+
+
+def context_name(config: ConfigFile, name: str | None = None) -> str | None:
+    """The name of the context in use, whether or not the file holds it."""
+    return name or os.environ.get("AKKA_CONTEXT") or config.current
+
+
+def find_context(config: ConfigFile, name: str | None = None) -> Context | None:
+    """The context in use; a name given (or in AKKA_CONTEXT) that the file lacks is refused."""
+    named = name or os.environ.get("AKKA_CONTEXT")
+    if named:
+        return config.context(named)
+    return config.contexts.get(config.current) if config.current else None
+
+
+def find_url(ctx: Context | None, trainer_url: str | None = None) -> str:
+    explicit = trainer_url or os.environ.get("TRAINER_URL")
+    if explicit:
+        return explicit.rstrip("/")
+    return ctx.url if ctx else DEFAULT_URL
 
 
 # Access tokens exchanged from a context's login, kept beside the configuration file so that

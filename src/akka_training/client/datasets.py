@@ -5,9 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import BinaryIO, cast
 from urllib.parse import quote
 
+from akka_training.api.datasets import (
+    AliasSet,
+    DatasetDetail,
+    DatasetSummary,
+    DatasetVersion,
+    Registered,
+)
 from akka_training.client.base import BaseClient
 from akka_training.core.errors import InvalidRequest
 from akka_training.core.refs import BadReference, parse_ref
@@ -27,9 +34,9 @@ class DatasetsApi(BaseClient):
         alias: str | None = None,
         size: int | None = None,
         progress: Callable[[int], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Registered:
         """Stream a JSONL file into a new version of `name` (``PROJECT/NAME``); returns the
-        version, with ``created`` false when the same content was registered before. `source` is
+        version, with ``.created`` false when the same content was registered before. `source` is
         a path, a binary file or an iterable of bytes; `size` (known for a path) lets the trainer
         refuse an over-limit file before it is sent; `progress` is called with each chunk's
         length as it is sent."""
@@ -49,7 +56,8 @@ class DatasetsApi(BaseClient):
         headers = {"Content-Type": "application/x-ndjson"}
         if size is not None:
             headers["Content-Length"] = str(size)
-        return self.request(
+        return self.call(
+            Registered,
             "POST",
             f"/v1/datasets/{project}/{dataset}",
             params={"alias": alias},
@@ -58,22 +66,22 @@ class DatasetsApi(BaseClient):
             timeout=UPLOAD_TIMEOUT,
         )
 
-    def datasets(self, project: str | None = None) -> list[dict[str, Any]]:
+    def datasets(self, project: str | None = None) -> list[DatasetSummary]:
         """Every dataset name you can see (or one project's), with its newest version."""
-        return self.get("/v1/datasets", project=project)
+        return self.call(list[DatasetSummary], "GET", "/v1/datasets", params={"project": project})
 
-    def dataset(self, ref: str) -> dict[str, Any]:
+    def dataset(self, ref: str) -> DatasetDetail:
         """The version a reference names (``PROJECT/NAME[:vN|:ALIAS|@sha256:PREFIX]``), with
         the list of its name's versions."""
-        return self.get(_path(ref))
+        return self.call(DatasetDetail, "GET", _path(ref))
 
-    def dataset_versions(self, name: str) -> list[dict[str, Any]]:
+    def dataset_versions(self, name: str) -> list[DatasetVersion]:
         """Every version of ``PROJECT/NAME``, oldest first."""
-        return self.get(_path(name) + "/versions")
+        return self.call(list[DatasetVersion], "GET", _path(name) + "/versions")
 
-    def set_dataset_alias(self, ref: str, alias: str) -> dict[str, Any]:
+    def set_dataset_alias(self, ref: str, alias: str) -> AliasSet:
         """Point `alias` at the version `ref` names; ``previous`` says where it pointed."""
-        return self.request("PUT", _path(ref) + f"/aliases/{quote(alias, safe='')}")
+        return self.call(AliasSet, "PUT", _path(ref) + f"/aliases/{quote(alias, safe='')}")
 
 
 def _split_name(name: str) -> tuple[str, str]:

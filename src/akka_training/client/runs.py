@@ -1,110 +1,203 @@
-"""Runs and pipelines."""
+"""Runs: start (or check) a plan, read and steer runs, and what they made."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, overload
 
-from akka_training.client.base import BaseClient
+from akka_training.api.grafana import GrafanaLink
+from akka_training.api.rollouts import StepRollouts
+from akka_training.api.runs import (
+    DeriveRequest,
+    DryRun,
+    JobLogs,
+    Metrics,
+    PauseRequest,
+    RunEndLine,
+    RunEventLine,
+    RunPlan,
+    RunProgressLine,
+    RunRecord,
+    RunSummary,
+    RunTree,
+    RunWaitLine,
+    Snapshot,
+)
+from akka_training.client.base import BaseClient, adapter, plan_document
+
+# Lines of a kind this client does not know (from a newer service) are skipped.
+_RUN_LINES = ("event", "progress", "run")
 
 
 class RunsApi(BaseClient):
-    def start_run(self, plan: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
-        return self.post("/v1/runs", plan, dry_run=dry_run or None)
+    @overload
+    def start_run(
+        self, plan: RunPlan | Mapping[str, Any], dry_run: Literal[False] = False
+    ) -> RunRecord: ...
+
+    @overload
+    def start_run(self, plan: RunPlan | Mapping[str, Any], dry_run: Literal[True]) -> DryRun: ...
+
+    @overload
+    def start_run(self, plan: RunPlan | Mapping[str, Any], dry_run: bool) -> RunRecord | DryRun: ...
+
+    def start_run(
+        self, plan: RunPlan | Mapping[str, Any], dry_run: bool = False
+    ) -> RunRecord | DryRun:
+        """Submit a run plan (a mapping as in a plan file, or a `RunPlan`): the new run's
+        record (``.existing`` when its ``submissionId`` was submitted before). With `dry_run`
+        nothing starts: the settings it would train under. A plan that cannot run raises
+        `PlanRefused` with every problem."""
+        params = {"dry_run": True if dry_run else None}
+        body = plan_document(plan)
+        if dry_run:
+            return self.call(DryRun, "POST", "/v1/runs", json=body, params=params)
+        return self.call(RunRecord, "POST", "/v1/runs", json=body, params=params)
 
     def runs(
         self, project: str | None = None, phase: str | None = None, limit: int = 100
-    ) -> list[dict[str, Any]]:
-        return self.get("/v1/runs", project=project, phase=phase, limit=limit)
+    ) -> list[RunSummary]:
+        """Runs, newest first; `phase` is ``open`` or a phase such as ``TRAINING``."""
+        params = {"project": project, "phase": phase, "limit": limit}
+        return self.call(list[RunSummary], "GET", "/v1/runs", params=params)
 
-    def run(self, run_ref: str) -> dict[str, Any]:
-        return self.get(f"/v1/runs/{run_ref}")
+    def run(self, run_ref: str) -> RunRecord:
+        """A run by id or unambiguous id prefix."""
+        return self.call(RunRecord, "GET", f"/v1/runs/{run_ref}")
 
-    def cancel_run(self, run_ref: str) -> dict[str, Any]:
-        return self.post(f"/v1/runs/{run_ref}/cancel")
+    def cancel_run(self, run_ref: str) -> RunRecord:
+        return self.call(RunRecord, "POST", f"/v1/runs/{run_ref}/cancel")
 
-    def pause_run(self, run_ref: str, checkpoint: str = "save") -> dict[str, Any]:
-        return self.post(f"/v1/runs/{run_ref}/pause", {"checkpoint": checkpoint})
+    def pause_run(self, run_ref: str, checkpoint: str = "save") -> RunRecord:
+        """``save``: snapshot at the next step, then release the devices; ``latest``: stop at
+        the last committed snapshot."""
+        body = PauseRequest(checkpoint=checkpoint).to_json()
+        return self.call(RunRecord, "POST", f"/v1/runs/{run_ref}/pause", json=body)
 
-    def resume_run(self, run_ref: str) -> dict[str, Any]:
-        return self.post(f"/v1/runs/{run_ref}/resume")
+    def resume_run(self, run_ref: str) -> RunRecord:
+        return self.call(RunRecord, "POST", f"/v1/runs/{run_ref}/resume")
+
+    @overload
+    def branch_run(
+        self,
+        run_ref: str,
+        snapshot: str,
+        steps: int | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        dry_run: Literal[False] = False,
+    ) -> RunRecord: ...
+
+    @overload
+    def branch_run(
+        self,
+        run_ref: str,
+        snapshot: str,
+        steps: int | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        dry_run: Literal[True],
+    ) -> DryRun: ...
 
     def branch_run(
         self,
         run_ref: str,
         snapshot: str,
         steps: int | None = None,
-        overrides: dict[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None,
         dry_run: bool = False,
-    ) -> dict[str, Any]:
-        body = {"snapshot": snapshot, "steps": steps, "overrides": overrides, "dryRun": dry_run}
-        return self.post(f"/v1/runs/{run_ref}/branch", body)
+    ) -> RunRecord | DryRun:
+        """A new run from a snapshot's weights (optimizer, schedule and data position reset),
+        with the source run's plan changed by `overrides`; `steps` to train."""
+        return self._derive("branch", run_ref, snapshot, steps, overrides, dry_run)
+
+    @overload
+    def continue_run(
+        self,
+        run_ref: str,
+        snapshot: str,
+        steps: int,
+        overrides: Mapping[str, Any] | None = None,
+        dry_run: Literal[False] = False,
+    ) -> RunRecord: ...
+
+    @overload
+    def continue_run(
+        self,
+        run_ref: str,
+        snapshot: str,
+        steps: int,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        dry_run: Literal[True],
+    ) -> DryRun: ...
 
     def continue_run(
         self,
         run_ref: str,
         snapshot: str,
         steps: int,
-        overrides: dict[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None,
         dry_run: bool = False,
-    ) -> dict[str, Any]:
-        body = {"snapshot": snapshot, "steps": steps, "overrides": overrides, "dryRun": dry_run}
-        return self.post(f"/v1/runs/{run_ref}/continue", body)
+    ) -> RunRecord | DryRun:
+        """A new run from a snapshot's full training state, for `steps` more steps."""
+        return self._derive("continue", run_ref, snapshot, steps, overrides, dry_run)
 
-    def snapshots(self, run_ref: str) -> list[dict[str, Any]]:
-        return self.get(f"/v1/runs/{run_ref}/snapshots")
+    def snapshots(self, run_ref: str) -> list[Snapshot]:
+        return self.call(list[Snapshot], "GET", f"/v1/runs/{run_ref}/snapshots")
 
-    def metrics(self, run_ref: str, fields: list[str] | None = None) -> dict[str, Any]:
-        return self.get(f"/v1/runs/{run_ref}/metrics", fields=",".join(fields) if fields else None)
+    def metrics(self, run_ref: str, fields: list[str] | None = None) -> Metrics:
+        """Per-step figures; `fields` keeps only these names or prefixes (``memory/``)."""
+        params = {"fields": ",".join(fields) if fields else None}
+        return self.call(Metrics, "GET", f"/v1/runs/{run_ref}/metrics", params=params)
 
-    def tree(self, run_ref: str) -> dict[str, Any]:
-        return self.get(f"/v1/runs/{run_ref}/tree")
+    def tree(self, run_ref: str) -> RunTree:
+        return self.call(RunTree, "GET", f"/v1/runs/{run_ref}/tree")
 
-    def logs(self, run_ref: str, offset: int = 0, attempt: int | None = None) -> dict[str, Any]:
-        return self.get(f"/v1/runs/{run_ref}/logs", offset=offset, attempt=attempt)
+    def logs(self, run_ref: str, offset: int = 0, attempt: int | None = None) -> JobLogs:
+        """The job's output from `offset`; read on from the answer's ``.offset``."""
+        params = {"offset": offset, "attempt": attempt}
+        return self.call(JobLogs, "GET", f"/v1/runs/{run_ref}/logs", params=params)
 
     def rollouts(
         self,
         run_ref: str,
         step: int | None = None,
-        order: str | None = None,
+        order: Literal["worst", "best"] | None = None,
         limit: int | None = None,
-    ) -> dict[str, Any]:
-        return self.get(f"/v1/runs/{run_ref}/rollouts", step=step, order=order, limit=limit)
+    ) -> StepRollouts:
+        """One step's rollouts (the latest kept step unless `step`), at most 200; `order`
+        sorts them by score, lowest or highest first."""
+        params = {"step": step, "order": order, "limit": limit}
+        return self.call(StepRollouts, "GET", f"/v1/runs/{run_ref}/rollouts", params=params)
 
-    def grafana_link(self, run_ref: str, project: str | None = None) -> dict[str, Any]:
-        return self.get(f"/v1/runs/{run_ref}/grafana", project=project)
+    def grafana_link(self, run_ref: str, project: str | None = None) -> GrafanaLink:
+        params = {"project": project}
+        return self.call(GrafanaLink, "GET", f"/v1/runs/{run_ref}/grafana", params=params)
 
     def wait_run(
-        self, run_ref: str, timeout: float | None = None, until: str = "end"
-    ) -> Iterator[dict[str, Any]]:
-        """The run's events as they happen; the last item is ``{"type": "run", "run": ...}``."""
+        self, run_ref: str, timeout: float | None = None, until: Literal["end", "rest"] = "end"
+    ) -> Iterator[RunEventLine | RunProgressLine | RunEndLine]:
+        """The run's events and progress as they happen; the last line is a `RunEndLine`
+        with the full record, once the run ends (or pauses, with ``until="rest"``) or at
+        `timeout` seconds."""
         params = {"timeout": timeout, "until": until}
-        for line in self.stream_lines(f"/v1/runs/{run_ref}/wait", params, timeout=None):
-            if line.strip():
-                yield json.loads(line)
+        lines = adapter(RunWaitLine)
+        for item in self.stream_lines(f"/v1/runs/{run_ref}/wait", params, timeout=None):
+            if item.get("type") in _RUN_LINES:
+                yield lines.validate_python(item)
 
-    # --- pipelines -------------------------------------------------------------------------------
-
-    def start_pipeline(self, plan: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
-        return self.post("/v1/pipelines", plan, dry_run=dry_run or None)
-
-    def pipelines(self, project: str | None = None) -> list[dict[str, Any]]:
-        return self.get("/v1/pipelines", project=project)
-
-    def pipeline(self, ref: str) -> dict[str, Any]:
-        return self.get(f"/v1/pipelines/{ref}")
-
-    def cancel_pipeline(self, ref: str) -> dict[str, Any]:
-        return self.post(f"/v1/pipelines/{ref}/cancel")
-
-    def resume_pipeline(self, ref: str) -> dict[str, Any]:
-        return self.post(f"/v1/pipelines/{ref}/resume")
-
-    def wait_pipeline(self, ref: str, timeout: float | None = None) -> Iterator[dict[str, Any]]:
-        for line in self.stream_lines(
-            f"/v1/pipelines/{ref}/wait", {"timeout": timeout}, timeout=None
-        ):
-            if line.strip():
-                yield json.loads(line)
+    def _derive(
+        self,
+        how: str,
+        run_ref: str,
+        snapshot: str,
+        steps: int | None,
+        overrides: Mapping[str, Any] | None,
+        dry_run: bool,
+    ) -> RunRecord | DryRun:
+        changes = dict(overrides) if overrides is not None else None
+        body = DeriveRequest(snapshot=snapshot, steps=steps, overrides=changes, dry_run=dry_run)
+        path = f"/v1/runs/{run_ref}/{how}"
+        if dry_run:
+            return self.call(DryRun, "POST", path, json=body.to_json())
+        return self.call(RunRecord, "POST", path, json=body.to_json())

@@ -1,58 +1,46 @@
-"""Health, info, auth, tokens, projects, catalog and capacity."""
+"""Health, the trainer's configuration, logins and tokens."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from akka_training.api.system import (
+    CreatedToken,
+    Exchanged,
+    ExchangeRequest,
+    Health,
+    Info,
+    Token,
+    TokenRequest,
+    WhoAmI,
+)
 from akka_training.client.base import BaseClient
 
 
 class SystemApi(BaseClient):
-    def health(self) -> dict[str, Any]:
-        return self.get("/healthz")
+    def health(self) -> Health:
+        return self.call(Health, "GET", "/healthz")
 
-    def info(self) -> dict[str, Any]:
-        return self.get("/v1/info")
+    def info(self) -> Info:
+        """The trainer's configuration and build (`akka training info`)."""
+        return self.call(Info, "GET", "/v1/info")
 
-    def exchange(self, login: str) -> dict[str, Any]:
-        return self.post("/v1/auth/exchange", {"login": login})
+    def exchange(self, login: str) -> Exchanged:
+        """A short-lived access token for a login (an admin or project token)."""
+        body = ExchangeRequest(login=login).to_json()
+        return self.call(Exchanged, "POST", "/v1/auth/exchange", json=body)
 
-    def whoami(self) -> dict[str, Any]:
-        return self.get("/v1/auth/whoami")
+    def whoami(self) -> WhoAmI:
+        return self.call(WhoAmI, "GET", "/v1/auth/whoami")
 
-    def capacity(self, project: str | None = None) -> dict[str, Any]:
-        return self.get("/v1/capacity", project=project)
-
-    def base_models(self) -> list[dict[str, Any]]:
-        return self.get("/v1/base-models")
-
-    def base_model(self, model_id: str) -> dict[str, Any]:
-        return self.get(f"/v1/base-models/{model_id}")
-
-    def envelopes(self) -> list[dict[str, Any]]:
-        return self.get("/v1/envelopes")
-
-    def projects(self) -> list[dict[str, Any]]:
-        return self.get("/v1/projects")
-
-    def project(self, name: str) -> dict[str, Any]:
-        return self.get(f"/v1/projects/{name}")
-
-    def create_project(
-        self, name: str, quota: int | None, description: str | None = None
-    ) -> dict[str, Any]:
-        return self.post("/v1/projects", {"name": name, "quota": quota, "description": description})
-
-    def tokens(self) -> list[dict[str, Any]]:
-        return self.get("/v1/tokens")
+    def tokens(self) -> list[Token]:
+        return self.call(list[Token], "GET", "/v1/tokens")
 
     def create_token(
         self, name: str, projects: list[str], admin: bool = False, days: float | None = None
-    ) -> dict[str, Any]:
-        return self.post(
-            "/v1/tokens",
-            {"name": name, "projects": projects, "admin": admin, "expiresInDays": days},
-        )
+    ) -> CreatedToken:
+        """A token for `projects` (or every project, with `admin`); its secret is in
+        ``.token`` and is shown only now."""
+        body = TokenRequest(name=name, projects=projects, admin=admin, expires_in_days=days)
+        return self.call(CreatedToken, "POST", "/v1/tokens", json=body.to_json())
 
-    def revoke_token(self, token_id: str) -> dict[str, Any]:
-        return self.delete(f"/v1/tokens/{token_id}")
+    def revoke_token(self, token_id: str) -> Token:
+        return self.call(Token, "DELETE", f"/v1/tokens/{token_id}")

@@ -8,12 +8,19 @@ from typing import Any
 from sqlalchemy import delete, desc, select
 from sqlalchemy.orm import Session
 
-from akka_training.controller.transitions import event, move, open_claim, release_claim
 from akka_training.controller.views import AttemptView, Decision, RunView
 from akka_training.core.failures import FailureReason
-from akka_training.core.phases import Phase
+from akka_training.core.phases import Phase, RuleName
+from akka_training.core.states import AttemptOutcome, AttemptState
 from akka_training.storage.db import Database
-from akka_training.storage.models import Attempt, Claim, RolloutStep, Run, Snapshot, Step
+from akka_training.storage.models import Attempt, RolloutStep, Run, Snapshot, Step
+from akka_training.storage.transitions import (
+    current_claim,
+    event,
+    move,
+    open_claim,
+    release_claim,
+)
 
 
 def load_view(session: Session, run: Run) -> RunView:
@@ -42,14 +49,6 @@ def load_view(session: Session, run: Run) -> RunView:
     )
 
 
-def current_claim(session: Session, run_id: str) -> Claim | None:
-    return session.scalar(
-        select(Claim)
-        .where(Claim.run_id == run_id, Claim.state.in_(("QUEUED", "GRANTED")))
-        .order_by(desc(Claim.id))
-    )
-
-
 def apply(db: Database, view: RunView, decision: Decision, now: datetime | None = None) -> None:
     now = now or datetime.now(UTC)
     with db.session() as session:
@@ -59,11 +58,11 @@ def apply(db: Database, view: RunView, decision: Decision, now: datetime | None 
         attempt = session.get(Attempt, (run.id, run.attempt)) if run.attempt else None
         if (attempt.number if attempt else None) != (view.attempt.number if view.attempt else None):
             return
-        if decision.attempt_exited and attempt is not None and attempt.state != "exited":
-            attempt.state = "exited"
+        if decision.attempt_exited and attempt is not None and attempt.state != AttemptState.EXITED:
+            attempt.state = AttemptState.EXITED
             attempt.ended_at = now
             attempt.outcome = attempt.outcome or (
-                "lost" if decision.rule == "requeue" else "crashed"
+                AttemptOutcome.LOST if decision.rule == RuleName.REQUEUE else AttemptOutcome.CRASHED
             )
         if decision.rule:
             move(
@@ -74,7 +73,7 @@ def apply(db: Database, view: RunView, decision: Decision, now: datetime | None 
             event(session, run.id, "stall", "completed steps stopped rising while the job lives")
         if decision.release_claim:
             release_claim(session, run, current_claim(session, run.id), now)
-        if decision.rule == "requeue":
+        if decision.rule == RuleName.REQUEUE:
             open_claim(session, run)
         if decision.new_attempt:
             new_attempt(session, run, now)
@@ -102,7 +101,7 @@ def new_attempt(session: Session, run: Run, now: datetime) -> Attempt:
     attempt = Attempt(
         run_id=run.id,
         number=run.attempt,
-        state="pending",
+        state=AttemptState.PENDING,
         resume_snapshot=latest.name if latest is not None and run.attempt > 1 else None,
         created_at=now,
     )
@@ -115,9 +114,9 @@ def new_attempt(session: Session, run: Run, now: datetime) -> Attempt:
 def record_launched(db: Database, run_id: str, number: int, handle: dict[str, Any]) -> None:
     with db.session() as session:
         attempt = session.get(Attempt, (run_id, number))
-        if attempt is None or attempt.state != "pending":
+        if attempt is None or attempt.state != AttemptState.PENDING:
             return
-        attempt.state = "launched"
+        attempt.state = AttemptState.LAUNCHED
         attempt.handle = handle
         attempt.launched_at = datetime.now(UTC)
         attempt.launch_tries += 1
@@ -137,7 +136,7 @@ def record_launch_failure(
     with db.session() as session:
         run = session.get(Run, run_id, with_for_update=True)
         attempt = session.get(Attempt, (run_id, number))
-        if run is None or attempt is None or attempt.state != "pending":
+        if run is None or attempt is None or attempt.state != AttemptState.PENDING:
             return
         attempt.launch_tries += 1
         attempt.last_error = error
@@ -145,12 +144,13 @@ def record_launch_failure(
             reason = (
                 FailureReason.CLUSTER_UNREACHABLE if unreachable else FailureReason.JOB_START_FAILED
             )
-            detail = f"{attempt.launch_tries} tries; the last one said: {error}"
-            attempt.state = "exited"
-            attempt.outcome = "not-started"
+            tries = f"{attempt.launch_tries} {'try' if attempt.launch_tries == 1 else 'tries'}"
+            detail = f"{tries}; the last one said: {error}"
+            attempt.state = AttemptState.EXITED
+            attempt.outcome = AttemptOutcome.NOT_STARTED
             attempt.ended_at = now
             if run.phase not in (Phase.COMPLETED, Phase.FAILED, Phase.CANCELLED):
-                move(session, run, "fail", reason=reason, detail=detail, now=now)
+                move(session, run, RuleName.FAIL, reason=reason, detail=detail, now=now)
             release_claim(session, run, current_claim(session, run_id), now)
             return
         delay = base_seconds * 2 ** (attempt.launch_tries - 1)

@@ -3,25 +3,19 @@ the OOM killer), or a crash with its last log lines."""
 
 from __future__ import annotations
 
-import re
 import signal
 
 from akka_training.backends.base import JobStatus
+from akka_training.core.exits import memory_exhausted
 from akka_training.core.failures import FailureReason
-
-_DEVICE_OOM = re.compile(
-    r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory"
-)
-_HOST_OOM = re.compile(
-    r"\bMemoryError\b|can't allocate memory|Cannot allocate memory|std::bad_alloc|Killed\s*$", re.M
-)
 
 
 def classify_exit(status: JobStatus, log_tail: str) -> tuple[FailureReason, str]:
     tail = _last_lines(log_tail, 15)
-    if _DEVICE_OOM.search(log_tail):
+    memory = memory_exhausted(log_tail)
+    if memory == "device":
         return FailureReason.DEVICE_OOM, tail
-    if _HOST_OOM.search(log_tail):
+    if memory == "host":
         return FailureReason.HOST_OOM, tail
     if status.signal == signal.SIGKILL:
         # Nobody asked this job to stop: on Linux that is the out-of-memory killer.

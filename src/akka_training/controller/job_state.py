@@ -7,25 +7,27 @@ from datetime import datetime
 
 from akka_training.controller.classify import classify_exit
 from akka_training.controller.views import Decision, Limits, Probe, RunView
+from akka_training.core.phases import RuleName
+from akka_training.core.states import AttemptOutcome, AttemptState
 
 
 def launch_due(view: RunView, now: datetime) -> bool:
     attempt = view.attempt
     return (
         attempt is not None
-        and attempt.state == "pending"
+        and attempt.state == AttemptState.PENDING
         and (attempt.next_try_at is None or attempt.next_try_at <= now)
     )
 
 
 def job_running(view: RunView) -> bool:
-    return view.attempt is not None and view.attempt.state == "launched"
+    return view.attempt is not None and view.attempt.state == AttemptState.LAUNCHED
 
 
 def cancel(view: RunView, probe: Probe) -> Decision:
     """A cancel of a run that holds devices: stop its job, end the run once the job is gone."""
     if not job_running(view) or _exited(probe):
-        return Decision(rule="cancel", release_claim=True, attempt_exited=job_running(view))
+        return Decision(rule=RuleName.CANCEL, release_claim=True, attempt_exited=job_running(view))
     if view.attempt is not None and not view.attempt.stop_sent:
         return Decision(stop_job=True)
     return Decision()
@@ -37,20 +39,20 @@ def ended(view: RunView, probe: Probe) -> Decision | None:
         return None
     if probe.status.state == "missing":
         # The cluster lost the job: it runs again from its last snapshot.
-        return Decision(rule="requeue", attempt_exited=True, release_claim=True)
+        return Decision(rule=RuleName.REQUEUE, attempt_exited=True, release_claim=True)
     if probe.status.state != "exited":
         return None
     assert view.attempt is not None
-    if view.attempt.outcome == "stopped":
+    if view.attempt.outcome == AttemptOutcome.STOPPED:
         # It stopped without being asked (the service had restarted and lost the request, or
         # the job was told to stop by a stale directive): run it again from its last snapshot.
-        return Decision(rule="requeue", attempt_exited=True, release_claim=True)
+        return Decision(rule=RuleName.REQUEUE, attempt_exited=True, release_claim=True)
     if view.attempt.outcome is not None:
         # The job reported its end; the report moved the run. Only the bookkeeping is left.
         return Decision(attempt_exited=True, release_claim=True)
     reason, detail = classify_exit(probe.status, probe.log_tail)
     return Decision(
-        rule="fail", reason=reason, detail=detail, attempt_exited=True, release_claim=True
+        rule=RuleName.FAIL, reason=reason, detail=detail, attempt_exited=True, release_claim=True
     )
 
 

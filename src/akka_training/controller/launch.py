@@ -9,9 +9,10 @@ from sqlalchemy import select
 
 from akka_training.backends.base import LaunchRequest
 from akka_training.core.resolved import JobSpec, ResumePoint, Settings, Telemetry
-from akka_training.server.context import AppContext
-from akka_training.server.services.tokens import create_job_token
+from akka_training.core.states import AttemptState, ClaimState
+from akka_training.deployment.context import AppContext
 from akka_training.storage.models import Attempt, Claim, Run, Snapshot
+from akka_training.storage.tokens import create_job_token
 
 SCRIPTED_JOB = "akka_training.testing.scripted_job"
 
@@ -23,10 +24,10 @@ def prepare_launch(
     with ctx.db.session() as session:
         run = session.get(Run, run_id)
         attempt = session.get(Attempt, (run_id, number))
-        if run is None or attempt is None or attempt.state != "pending":
+        if run is None or attempt is None or attempt.state != AttemptState.PENDING:
             return None
         claim = session.scalar(
-            select(Claim).where(Claim.run_id == run_id, Claim.state == "GRANTED")
+            select(Claim).where(Claim.run_id == run_id, Claim.state == ClaimState.GRANTED)
         )
         if claim is None:
             return None

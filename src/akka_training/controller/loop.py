@@ -1,6 +1,10 @@
 """The reconcile loop: observe the cluster, admit queued claims, then reconcile every run that
 needs work. It runs in a thread of the service; on Postgres only the replica holding the
-advisory lock reconciles."""
+advisory lock reconciles (the others still observe the cluster, now and then, so that their
+capacity answers stay current).
+
+What the cluster offered at the last look is published under a lock as one immutable value:
+request threads read it (`observed`) and never call into the controller's own state."""
 
 from __future__ import annotations
 
@@ -27,12 +31,16 @@ from akka_training.controller.leader import Leadership
 from akka_training.controller.sweep import sweep_snapshots
 from akka_training.controller.views import Decision, Limits, Probe, RunView
 from akka_training.core.phases import TERMINAL, Phase
+from akka_training.core.states import OPEN_CLAIM_STATES, AttemptState, ClaimState
+from akka_training.deployment.context import AppContext
 from akka_training.scheduler.admission import PoolState, Waiting, admit, free_device_ids
-from akka_training.server.context import AppContext
 from akka_training.storage.models import Attempt, Claim, Project, Run
 from akka_training.telemetry.catalog import POOL_NAME, RUN_ATTEMPT
 
 log = logging.getLogger(__name__)
+
+# A replica that does not lead looks at the cluster once in this many passes.
+FOLLOWER_OBSERVE_PASSES = 10
 
 PHASES: dict[str, Callable[..., Decision]] = {
     Phase.QUEUED: queued.process,
@@ -59,8 +67,11 @@ class Controller:
             stop_grace_seconds=ctx.settings.trainer.local.stop_grace_seconds,
         )
         self.leader = Leadership(ctx.db)
+        # Written by the controller's thread only; `_published` is what other threads read.
         self._observed: dict[str, ObservedPool] | None = None
         self._observed_at = 0.0
+        self._published: dict[str, ObservedPool] | None = None
+        self._lock = threading.Lock()
         self._unreachable_since: datetime | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -71,6 +82,8 @@ class Controller:
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
+        # One look before the first request, so that capacity answers from the start.
+        self._observe()
         self._thread = threading.Thread(target=self._run, name="akka-controller", daemon=True)
         self._thread.start()
 
@@ -86,10 +99,10 @@ class Controller:
         self._wake.set()
 
     def observed(self) -> dict[str, ObservedPool] | None:
-        """The devices the cluster offered at the last pass; None while it does not answer."""
-        if time.monotonic() - self._observed_at > 10 * max(self.interval, 1.0):
-            self._observe()
-        return self._observed
+        """The devices the cluster offered at the last look; None while it does not answer.
+        Safe from any thread: it reads the published value and calls nothing."""
+        with self._lock:
+            return self._published
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -104,6 +117,8 @@ class Controller:
 
     def tick(self) -> None:
         if not self.leader.hold():
+            if time.monotonic() - self._observed_at > FOLLOWER_OBSERVE_PASSES * self.interval:
+                self._observe()
             return
         self._ticks += 1
         self._observe()
@@ -128,6 +143,9 @@ class Controller:
                 self._unreachable_since = datetime.now(UTC)
             self._observed = None
         self._observed_at = time.monotonic()
+        published = None if self._observed is None else dict(self._observed)
+        with self._lock:
+            self._published = published
 
     def _admit(self) -> None:
         observed = self._observed
@@ -136,11 +154,13 @@ class Controller:
         with self.ctx.db.session() as session:
             claims = list(
                 session.scalars(
-                    select(Claim).where(Claim.state.in_(("QUEUED", "GRANTED"))).order_by(Claim.id)
+                    select(Claim).where(Claim.state.in_(OPEN_CLAIM_STATES)).order_by(Claim.id)
                 )
             )
             queue = [
-                Waiting(c.id, c.project, c.pool, c.devices) for c in claims if c.state == "QUEUED"
+                Waiting(c.id, c.project, c.pool, c.devices)
+                for c in claims
+                if c.state == ClaimState.QUEUED
             ]
             if not queue:
                 return
@@ -151,19 +171,19 @@ class Controller:
                 granted = [
                     list(c.device_ids)
                     for c in claims
-                    if c.pool == pool.name and c.state == "GRANTED"
+                    if c.pool == pool.name and c.state == ClaimState.GRANTED
                 ]
                 pools[pool.name] = PoolState(pool.name, free_device_ids(available, granted))
             quotas = {p.name: p.quota for p in session.scalars(select(Project))}
             held: dict[str, int] = {}
             for c in claims:
-                if c.state == "GRANTED":
+                if c.state == ClaimState.GRANTED:
                     held[c.project] = held.get(c.project, 0) + c.devices
             now = datetime.now(UTC)
             by_id = {c.id: c for c in claims}
             for grant in admit(pools, queue, quotas, held):
                 claim = by_id[grant.claim_id]
-                claim.state = "GRANTED"
+                claim.state = ClaimState.GRANTED
                 claim.device_ids = list(grant.device_ids)
                 claim.granted_at = now
                 run = session.get(Run, claim.run_id)
@@ -187,7 +207,7 @@ class Controller:
                 )
                 .where(
                     Run.phase.in_([p.value for p in TERMINAL]),
-                    or_(Claim.state.in_(("QUEUED", "GRANTED")), Attempt.state == "launched"),
+                    or_(Claim.state.in_(OPEN_CLAIM_STATES), Attempt.state == AttemptState.LAUNCHED),
                 )
             ).all()
         return list(dict.fromkeys([*open_runs, *lingering]))
@@ -217,7 +237,7 @@ class Controller:
 
     def _probe(self, view: RunView) -> Probe:
         attempt = view.attempt
-        if attempt is None or attempt.state != "launched" or not attempt.handle:
+        if attempt is None or attempt.state != AttemptState.LAUNCHED or not attempt.handle:
             return Probe(cluster_unreachable_since=self._unreachable_since)
         try:
             status: JobStatus = self.ctx.backend.status(attempt.handle)

@@ -8,23 +8,29 @@ from datetime import datetime
 from akka_training.controller import job_state
 from akka_training.controller.classify import classify_exit
 from akka_training.controller.views import Decision, Limits, Probe, RunView
+from akka_training.core.phases import RuleName
+from akka_training.core.states import AttemptState, Request
 
 
 def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decision:
     attempt = view.attempt
-    if view.requested == "cancel":
+    if view.requested == Request.CANCEL:
         return job_state.cancel(view, probe)
-    if attempt is None or attempt.state != "launched":
-        return Decision(rule="paused", release_claim=True)
+    if attempt is None or attempt.state != AttemptState.LAUNCHED:
+        return Decision(rule=RuleName.PAUSED, release_claim=True)
     status = probe.status
     if status is not None and status.state in ("exited", "missing"):
         if attempt.outcome is not None or attempt.stop_sent or status.state == "missing":
-            return Decision(rule="paused", attempt_exited=True, release_claim=True)
+            return Decision(rule=RuleName.PAUSED, attempt_exited=True, release_claim=True)
         reason, detail = classify_exit(status, probe.log_tail)
         return Decision(
-            rule="fail", reason=reason, detail=detail, attempt_exited=True, release_claim=True
+            rule=RuleName.FAIL,
+            reason=reason,
+            detail=detail,
+            attempt_exited=True,
+            release_claim=True,
         )
-    if view.requested == "pause-latest" and not attempt.stop_sent:
+    if view.requested == Request.PAUSE_LATEST and not attempt.stop_sent:
         return Decision(stop_job=True)
     lingering = (
         attempt.outcome is not None

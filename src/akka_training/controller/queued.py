@@ -6,17 +6,19 @@ from datetime import datetime
 
 from akka_training.controller.views import Decision, Limits, Probe, RunView
 from akka_training.core.failures import FailureReason
+from akka_training.core.phases import RuleName
+from akka_training.core.states import ClaimState
 
 
 def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decision:
-    if view.claim_state == "GRANTED":
-        return Decision(rule="admit", new_attempt=True)
+    if view.claim_state == ClaimState.GRANTED:
+        return Decision(rule=RuleName.ADMIT, new_attempt=True)
     since = probe.cluster_unreachable_since
     if since is not None and view.claim_created_at is not None:
         waited = (now - max(since, view.claim_created_at)).total_seconds()
         if waited > limits.unreachable_seconds:
             return Decision(
-                rule="fail",
+                rule=RuleName.FAIL,
                 reason=FailureReason.CLUSTER_UNREACHABLE,
                 detail=f"The cluster did not answer for {waited:.0f} s.",
                 release_claim=True,

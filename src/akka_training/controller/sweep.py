@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import select
 
-from akka_training.server.context import AppContext
+from akka_training.deployment.context import AppContext
 from akka_training.storage.models import Run, Snapshot
 
 log = logging.getLogger(__name__)

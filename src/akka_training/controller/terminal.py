@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from akka_training.controller.views import Decision, Limits, Probe, RunView
+from akka_training.core.states import AttemptState
 
 
 def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decision:
     attempt = view.attempt
-    if attempt is None or attempt.state != "launched":
+    if attempt is None or attempt.state != AttemptState.LAUNCHED:
         return Decision(release_claim=view.claim_state is not None)
     status = probe.status
     if status is None:
@@ -25,4 +26,3 @@ def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decis
         return Decision()
     # The run ended (by a report or a request) but its process lingers.
     return Decision(stop_job=True)
-    return Decision()

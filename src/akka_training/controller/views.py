@@ -9,6 +9,7 @@ from typing import Any
 
 from akka_training.backends.base import JobStatus
 from akka_training.core.failures import FailureReason
+from akka_training.core.phases import RuleName
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Limits:
 class Decision:
     """What to do for one run this pass; empty means nothing."""
 
-    rule: str | None = None
+    rule: RuleName | None = None
     reason: FailureReason | None = None
     detail: str | None = None
     new_attempt: bool = False

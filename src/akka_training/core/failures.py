@@ -1,4 +1,5 @@
-"""Why a run failed: one enum from which the phase and the sentence a user reads derive.
+"""Why a run failed: one enum from which the sentence a user reads derives (a failed run is
+FAILED whatever its reason).
 
 The API carries the reason's value (``failureReason`` is the sentence, ``failureCode`` the
 value); `docs/why-a-run-failed.md` lists every member. A sentence names what could not be done and
@@ -8,8 +9,6 @@ what to change.
 from __future__ import annotations
 
 from enum import StrEnum
-
-from akka_training.core.phases import Phase
 
 
 class FailureReason(StrEnum):
@@ -24,10 +23,6 @@ class FailureReason(StrEnum):
     REWARD_ERROR = "reward-error"
     SOURCE_UNAVAILABLE = "source-unavailable"
     UPSTREAM_STAGE_FAILED = "upstream-stage-failed"
-
-    @property
-    def phase(self) -> Phase:
-        return Phase.FAILED
 
     @property
     def sentence(self) -> str:

@@ -4,25 +4,12 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from akka_training.core.errors import PlanRefused, Problem
 from akka_training.core.plans import PipelinePlan, RunPlan
 
 M = TypeVar("M", bound=BaseModel)
-
-
-def parse_document(text: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PlanRefused([Problem("", f"The plan is not valid YAML or JSON: {exc}")]) from exc
-    if not isinstance(data, dict):
-        raise PlanRefused(
-            [Problem("", "A plan is a mapping with `kind: run` or `kind: pipeline`.")]
-        )
-    return data
 
 
 def parse_plan(data: dict[str, Any]) -> RunPlan | PipelinePlan:

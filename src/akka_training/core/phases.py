@@ -23,43 +23,52 @@ class Phase(StrEnum):
 
 
 TERMINAL: frozenset[Phase] = frozenset({Phase.COMPLETED, Phase.FAILED, Phase.CANCELLED})
-# Phases in which the run holds its devices.
-HOLDS_DEVICES: frozenset[Phase] = frozenset({Phase.PREPARING, Phase.TRAINING, Phase.PAUSING})
 
 
-def is_open(phase: str) -> bool:
-    return Phase(phase) not in TERMINAL
+class RuleName(StrEnum):
+    """The named rules; each event carries the one that moved the run."""
+
+    ADMIT = "admit"
+    START_TRAINING = "start-training"
+    REQUEST_PAUSE = "request-pause"
+    PAUSE_WHILE_QUEUED = "pause-while-queued"
+    PAUSED = "paused"
+    RESUME = "resume"
+    REQUEUE = "requeue"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    CANCEL = "cancel"
 
 
 @dataclass(frozen=True)
 class Rule:
-    name: str
+    name: RuleName
     sources: frozenset[Phase]
     target: Phase
 
 
-def _rule(name: str, sources: set[Phase], target: Phase) -> Rule:
+def _rule(name: RuleName, sources: set[Phase], target: Phase) -> Rule:
     return Rule(name, frozenset(sources), target)
 
 
 _ACTIVE = {Phase.PREPARING, Phase.TRAINING}
 _OPEN = {Phase.QUEUED, Phase.PREPARING, Phase.TRAINING, Phase.PAUSING, Phase.PAUSED}
 
-RULES: dict[str, Rule] = {
+RULES: dict[RuleName, Rule] = {
     r.name: r
     for r in (
-        _rule("admit", {Phase.QUEUED}, Phase.PREPARING),
-        _rule("start-training", {Phase.PREPARING}, Phase.TRAINING),
-        _rule("request-pause", _ACTIVE | {Phase.QUEUED}, Phase.PAUSING),
-        _rule("pause-while-queued", {Phase.QUEUED}, Phase.PAUSED),
-        _rule("paused", {Phase.PAUSING}, Phase.PAUSED),
-        _rule("resume", {Phase.PAUSED}, Phase.QUEUED),
+        _rule(RuleName.ADMIT, {Phase.QUEUED}, Phase.PREPARING),
+        _rule(RuleName.START_TRAINING, {Phase.PREPARING}, Phase.TRAINING),
+        _rule(RuleName.REQUEST_PAUSE, _ACTIVE | {Phase.QUEUED}, Phase.PAUSING),
+        _rule(RuleName.PAUSE_WHILE_QUEUED, {Phase.QUEUED}, Phase.PAUSED),
+        _rule(RuleName.PAUSED, {Phase.PAUSING}, Phase.PAUSED),
+        _rule(RuleName.RESUME, {Phase.PAUSED}, Phase.QUEUED),
         # A job lost with its devices (its process died, the service restarted into a missing
         # job) goes back to the queue to run again from its last snapshot.
-        _rule("requeue", _ACTIVE | {Phase.PAUSING}, Phase.QUEUED),
-        _rule("complete", _ACTIVE | {Phase.PAUSING}, Phase.COMPLETED),
-        _rule("fail", _OPEN, Phase.FAILED),
-        _rule("cancel", _OPEN, Phase.CANCELLED),
+        _rule(RuleName.REQUEUE, _ACTIVE | {Phase.PAUSING}, Phase.QUEUED),
+        _rule(RuleName.COMPLETE, _ACTIVE | {Phase.PAUSING}, Phase.COMPLETED),
+        _rule(RuleName.FAIL, _OPEN, Phase.FAILED),
+        _rule(RuleName.CANCEL, _OPEN, Phase.CANCELLED),
     )
 }
 
@@ -68,17 +77,17 @@ class IllegalTransition(Exception):
     pass
 
 
-def transition(current: str | Phase, rule_name: str) -> Phase:
+def transition(current: str | Phase, rule_name: RuleName) -> Phase:
     """The phase a run in `current` moves to under `rule_name`, or `IllegalTransition`."""
     rule = RULES[rule_name]
     phase = Phase(current)
     if phase not in rule.sources:
         allowed = ", ".join(sorted(rule.sources))
         raise IllegalTransition(
-            f"rule {rule.name!r} moves a run from {allowed}, not from {phase.value}"
+            f"rule {rule.name.value!r} moves a run from {allowed}, not from {phase.value}"
         )
     return rule.target
 
 
-def can(current: str | Phase, rule_name: str) -> bool:
+def can(current: str | Phase, rule_name: RuleName) -> bool:
     return Phase(current) in RULES[rule_name].sources

@@ -90,7 +90,3 @@ class StoppedReport(PlanModel):
 class FailedReport(PlanModel):
     code: str  # a FailureReason value
     detail: str | None = None
-
-
-class Directive(PlanModel):
-    action: Action = "continue"

@@ -341,7 +341,12 @@ def dataset_fits_method(c: Checked) -> list[Problem]:
                 )
             )
         if info.rows == 0:
-            out.append(Problem(f"config.{key}", f"config.{key} {info.ref} has no rows."))
+            out.append(
+                Problem(
+                    f"config.{key}",
+                    f"config.{key} {info.ref} has no rows; choose a dataset version that has rows.",
+                )
+            )
     return out
 
 

@@ -222,12 +222,12 @@ def _build_tiny_vision(out: Path) -> str:
             "vision_use_head": False,
         },
         mm_tokens_per_image=IMAGE_TOKENS,
-        boi_token_index=tokenizer.convert_tokens_to_ids(IMAGE_START),
-        eoi_token_index=tokenizer.convert_tokens_to_ids(IMAGE_END),
-        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_SOFT),
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        boi_token_index=_token_id(tokenizer, IMAGE_START),
+        eoi_token_index=_token_id(tokenizer, IMAGE_END),
+        image_token_index=_token_id(tokenizer, IMAGE_SOFT),
+        # Generation reads the special tokens from the top-level config too; Gemma3Config takes
+        # them as extra keyword arguments, which its signature does not declare.
+        **_special_tokens(tokenizer),
     )
     model = _seeded(lambda: Gemma3ForConditionalGeneration(config))
     _save(model, out, tokenizer)
@@ -255,3 +255,18 @@ _BUILDERS: dict[str, Callable[[Path], str]] = {
     "tiny-chat": _build_tiny_chat,
     "tiny-vision": _build_tiny_vision,
 }
+
+
+def _token_id(tokenizer: Any, token: str) -> int:
+    ids = tokenizer.convert_tokens_to_ids(token)
+    if not isinstance(ids, int):
+        raise ValueError(f"{token!r} is not one token of the development tokenizer")
+    return ids
+
+
+def _special_tokens(tokenizer: Any) -> dict[str, Any]:
+    return {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }

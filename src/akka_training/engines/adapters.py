@@ -17,7 +17,7 @@ from peft import LoraConfig, PeftModel
 from peft.tuners.tuners_utils import BaseTunerLayer
 
 from akka_training.core.plans import Lora
-from akka_training.engines.failures import SourceUnavailable
+from akka_training.engines.failures import SourceUnavailable, out_of_memory
 
 # Name components of the non-language parts of multimodal models (Gemma 3/3n/4, Qwen-VL, LLaVA,
 # Idefics, Mllama, Phi-4-multimodal, ...).
@@ -59,7 +59,9 @@ def lora_config(lora: Lora, model: torch.nn.Module, *, image_text: bool) -> Lora
             )
     return LoraConfig(
         r=lora.rank,
-        lora_alpha=lora.alpha,
+        # PEFT annotates lora_alpha as int but scales by lora_alpha / r: a fractional alpha
+        # trains as written.
+        lora_alpha=lora.alpha,  # type: ignore[arg-type]
         lora_dropout=lora.dropout,
         target_modules=targets,
         task_type="CAUSAL_LM",
@@ -107,6 +109,8 @@ def load_adapter(base: torch.nn.Module, directory: Path) -> PeftModel:
     try:
         return PeftModel.from_pretrained(base, str(directory), is_trainable=True)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        if out_of_memory(exc):
+            raise  # reported as the memory that ran out, not as the adapter's fault
         raise SourceUnavailable(
             f"the adapter could not be loaded on the base model: {exc}"
         ) from exc

@@ -1,8 +1,5 @@
-"""What every engine adapter receives from the job entry point, and what it hands back.
-
-An engine module exposes ``run(job: JobContext) -> Outcome``: it trains under `job.spec`,
-reports through `job.reporter` and writes under `job.artifacts` and `job.store`; the entry point
-(`akka_training.engines.job`) reports the start, the end and any failure.
+"""What every engine receives from the job entry point (`JobContext`), and what it hands back
+(`Outcome`). The contract between them is the `Engine` protocol (`akka_training.engines.engine`).
 """
 
 from __future__ import annotations
@@ -13,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from akka_training.blobstore import BlobStore
+from akka_training.core import blobkeys
 from akka_training.core.resolved import JobSpec
 from akka_training.engines.bundles import BundleResolver
 from akka_training.engines.reporter import HttpReporter
@@ -43,35 +41,34 @@ class JobContext:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    @property
-    def run_prefix(self) -> str:
-        return f"runs/{self.spec.run_id}"
-
-    def snapshot_prefix(self, step: int) -> str:
-        return f"{self.run_prefix}/snapshots/{snapshot_name(step)}"
+    def snapshot_keys(self, step: int) -> blobkeys.SnapshotKeys:
+        return blobkeys.snapshot_keys(self.spec.run_id, step)
 
     @property
     def adapter_prefix(self) -> str:
-        return f"{self.run_prefix}/adapter/"
+        return blobkeys.adapter_prefix(self.spec.run_id)
 
     def rollouts_key(self, step: int) -> str:
-        return f"{self.run_prefix}/rollouts/step-{step}.parquet"
+        return blobkeys.rollouts_key(self.spec.run_id, step)
 
     def attempt_key(self, name: str) -> str:
-        return f"{self.run_prefix}/attempts/{self.spec.attempt}/{name}"
+        return blobkeys.attempt_key(self.spec.run_id, self.spec.attempt, name)
 
 
 @dataclass
 class Outcome:
-    """How training ended. `stopped`: told to stop (a pause or a cancel) before the last step;
-    otherwise `adapter_dir` holds the final adapter to upload."""
+    """How training ended, and where the final adapter is.
+
+    `stopped`: told to stop (a pause or a cancel) before the last step; `step` is where the run
+    stopped, and no adapter is needed. Otherwise the run finished at `step` and its final adapter
+    is either `adapter_dir`, a local directory the entry point uploads to the run's adapter
+    prefix, or `adapter_key`, a prefix already in the blob store (a snapshot's weights) that the
+    entry point reports as it is. `adapter_modules` are the adapted modules' names; `summary`
+    holds the run's closing figures (``loss``, ``reward``, tool counts)."""
 
     step: int
     stopped: bool = False
     adapter_dir: Path | None = None
+    adapter_key: str | None = None
     adapter_modules: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
-
-
-def snapshot_name(step: int) -> str:
-    return f"step-{step}"

@@ -101,6 +101,7 @@ def rl_rows(rows: list[dict[str, Any]]) -> list[RlRow]:
     reinforcement run trains on text."""
     out = []
     for number, row in enumerate(rows, start=1):
+        prompt: list[Message] | str
         if "messages" in row:
             messages = _messages(row["messages"], number, False, [])
             last = max(

@@ -137,9 +137,10 @@ def _sft_tokens(
         return list(out["input_ids"]), list(out["assistant_masks"])
     prompt, completion = example["prompt"], example["completion"]
     if isinstance(prompt, list):
-        prompt_ids = _chat(processing, prompt, images=images, add_generation_prompt=True)
+        prompt_ids = _chat(processing, prompt, images=images, add_generation_prompt=True)[
+            "input_ids"
+        ]
         full_ids = _chat(processing, prompt + completion, images=images)["input_ids"]
-        prompt_ids = prompt_ids["input_ids"]
     else:
         eos = _tokenizer(processing).eos_token
         if not completion.endswith(eos):
@@ -158,9 +159,14 @@ def _chat(
 ) -> dict[str, Any]:
     if isinstance(processing, ProcessorMixin):
         messages = _with_images(messages, images or [])
-        out = processing.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)
+        out: Any = processing.apply_chat_template(
+            messages, tokenize=True, return_dict=True, **kwargs
+        )
         return {k: v[0] for k, v in out.items()}
-    return processing.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)
+    # With return_dict=True the tokenizer answers a mapping (its annotation is wider).
+    return dict(
+        processing.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)  # type: ignore[arg-type]
+    )
 
 
 def _with_images(messages: list[dict[str, Any]], images: list[Any]) -> list[dict[str, Any]]:

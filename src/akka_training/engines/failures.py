@@ -1,8 +1,24 @@
-"""From an exception in a training job to the failure it reports.
+"""How a training job fails: the errors an engine raises, and from any exception the failure
+the entry point reports.
 
 The entry point reports `failed` with a `FailureReason` value as ``code`` and a ``detail``; the
-service shows the reason's sentence followed by the detail. Out-of-memory errors are told apart
-by where memory ran out (device or host), and their detail names the run's own settings to lower.
+service shows the reason's sentence followed by the detail. The errors::
+
+    JobError                 the reason is known where it is raised (training-error)
+     ├── JobStartFailed      the engine's own environment cannot start (job-start-failed)
+     ├── DeviceOutOfMemory   device memory ran out, found in the engine's output (device-oom)
+     ├── HostOutOfMemory     host memory ran out, found in the engine's output (host-oom)
+     ├── JobCrashed          the engine's process died without saying why (job-crashed)
+     ├── DataError           the dataset cannot be read or prepared (data-error)
+     ├── SourceUnavailable   the adapter or state the run starts from cannot be had
+     │                       (source-unavailable)
+     └── RewardError         the reward cannot be set up or computed (reward-error)
+
+A `JobError` is reported as it is: its class's reason and its message as the detail. Anything
+else is classified: running out of memory anywhere in its chain (device or host, with the run's
+settings to lower in the detail), else a `JobError` it wraps, else ``training-error`` with the
+traceback's last lines. An engine that wraps an exception it did not expect into a `JobError`
+first lets out-of-memory errors through (`out_of_memory`), so they are reported as such.
 """
 
 from __future__ import annotations
@@ -12,6 +28,7 @@ from collections.abc import Iterator
 
 import torch
 
+from akka_training.core.exits import MemoryKind, memory_exhausted
 from akka_training.core.failures import FailureReason
 from akka_training.core.plans import RL_METHODS
 from akka_training.core.resolved import Settings
@@ -21,9 +38,38 @@ DETAIL_LINES = 20
 
 
 class JobError(Exception):
-    """An error whose failure reason is known where it is raised."""
+    """An error whose failure reason is known where it is raised; its message is the detail
+    (which may be empty: the reason's sentence then stands alone)."""
 
     reason: FailureReason = FailureReason.TRAINING_ERROR
+
+    @property
+    def detail(self) -> str:
+        return str(self)
+
+
+class JobStartFailed(JobError):
+    """The engine's own environment is missing or cannot run (verl's interpreter, ...)."""
+
+    reason = FailureReason.JOB_START_FAILED
+
+
+class DeviceOutOfMemory(JobError):
+    """The engine's process ran out of device memory (read from its output)."""
+
+    reason = FailureReason.DEVICE_OOM
+
+
+class HostOutOfMemory(JobError):
+    """The engine's process ran out of host memory (read from its output or its exit)."""
+
+    reason = FailureReason.HOST_OOM
+
+
+class JobCrashed(JobError):
+    """The engine's process exited with an error and left no traceback."""
+
+    reason = FailureReason.JOB_CRASHED
 
 
 class DataError(JobError):
@@ -39,33 +85,30 @@ class SourceUnavailable(JobError):
 
 
 class RewardError(JobError):
-    """The reward could not be computed for a generation batch."""
+    """The reward could not be set up, or computed for a generation batch."""
 
     reason = FailureReason.REWARD_ERROR
 
 
-_HOST_OOM_MARKERS = (
-    "DefaultCPUAllocator: can't allocate memory",
-    "DefaultCPUAllocator: not enough memory",
-    "Cannot allocate memory",
-    "std::bad_alloc",
-    # A thread's stack could not be allocated.
-    "can't start new thread",
-)
-_DEVICE_OOM_MARKERS = ("CUDA out of memory", "CUDA error: out of memory", "HIP out of memory")
-
-
 def classify_failure(exc: BaseException, settings: Settings | None) -> tuple[FailureReason, str]:
-    """The failure reason of `exc` (or of the exception it wraps) and the detail to report."""
-    for error in _chain(exc):
-        if isinstance(error, torch.OutOfMemoryError) or _mentions(error, _DEVICE_OOM_MARKERS):
-            return FailureReason.DEVICE_OOM, oom_detail("device", error, settings)
-        if isinstance(error, MemoryError) or _mentions(error, _HOST_OOM_MARKERS):
-            return FailureReason.HOST_OOM, oom_detail("host", error, settings)
+    """The failure reason of `exc` and the detail to report (see the module docstring)."""
+    if isinstance(exc, JobError):
+        return exc.reason, exc.detail
+    found = _memory_error(exc)
+    if found is not None:
+        kind, error = found
+        reason = FailureReason.DEVICE_OOM if kind == "device" else FailureReason.HOST_OOM
+        return reason, oom_detail(kind, error, settings)
     for error in _chain(exc):
         if isinstance(error, JobError):
-            return error.reason, str(error) or type(error).__name__
+            return error.reason, error.detail
     return FailureReason.TRAINING_ERROR, last_lines(exc)
+
+
+def out_of_memory(exc: BaseException) -> MemoryKind | None:
+    """Which memory ran out, when `exc` (or an exception it wraps) says so."""
+    found = _memory_error(exc)
+    return found[0] if found is not None else None
 
 
 def oom_detail(where: str, error: BaseException, settings: Settings | None) -> str:
@@ -104,6 +147,16 @@ def last_lines(exc: BaseException, count: int = DETAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-count:])
 
 
+def _memory_error(exc: BaseException) -> tuple[MemoryKind, BaseException] | None:
+    for error in _chain(exc):
+        memory = memory_exhausted(str(error))
+        if isinstance(error, torch.OutOfMemoryError) or memory == "device":
+            return "device", error
+        if isinstance(error, MemoryError) or memory == "host":
+            return "host", error
+    return None
+
+
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -111,8 +164,3 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
-
-
-def _mentions(error: BaseException, markers: tuple[str, ...]) -> bool:
-    text = str(error)
-    return any(marker in text for marker in markers)

@@ -5,33 +5,34 @@ directory is the attempt's job directory (artifacts go under ``./artifacts``). O
 
 1. setup: report `started` with the placement (host, pid, pod, node, GPUs), open the job's
    telemetry (metrics.jsonl, TensorBoard, OTLP when configured) and its root span, start the
-   stall watchdog;
-2. train: run the engine for the run's method and engine; it reports `training`, every step
-   and every snapshot, and obeys the service's directives;
-3. save: upload the final adapter and report `finished`, or report `stopped` when told to stop;
+   stall watchdog, and pick the engine for the run's method and engine from the registry
+   (`akka_training.engines.engine.ENGINES`: TRL for sft, grpo and gspo, verl for grpo and gspo);
+2. train: run the engine (the `Engine` protocol); it reports `training`, every step, snapshot
+   and rollout, and obeys the service's directives;
+3. end (`run_engine`, the same for every engine): report `stopped` when the engine was told to
+   stop, or save the final adapter (upload its directory, or take the key the engine left in the
+   store) and report `finished`; an exception is reported as `failed` with its failure reason
+   and detail (`failures.classify_failure`) and the job exits non-zero. Exactly one end report
+   per attempt, and none when the service has moved on from it;
 4. cleanup: stop the watchdog, flush the telemetry.
-
-An exception is reported as `failed` with its failure reason, and the job exits non-zero.
-
-Engines: TRL modules expose ``run(job: JobContext) -> Outcome`` and leave the end reports to
-this module; the verl engine (``akka_training.engines.verl.engine.run_verl``) sends its own and
-returns the exit status.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
 from pathlib import Path
 
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
 from akka_training.blobstore import open_blob_store
-from akka_training.core.plans import RL_METHODS
 from akka_training.core.reports import FailedReport, FinishedReport, Placement, StoppedReport
 from akka_training.core.resolved import JobSpec
 from akka_training.engines.bundles import bundle_resolver
 from akka_training.engines.context import JobContext, Outcome
+from akka_training.engines.engine import Engine, load_engine
 from akka_training.engines.failures import classify_failure
 from akka_training.engines.offline import stay_offline
 from akka_training.engines.reporter import HttpReporter, StaleAttempt
@@ -46,14 +47,6 @@ from akka_training.telemetry.tracing import Tracing, job_traceparent
 log = logging.getLogger("akka_training.job")
 
 TOKEN_ENV = "AKKA_JOB_TOKEN"
-
-# The TRL engine's modules by method; each exposes ``run(job) -> Outcome``.
-TRL_MODULES: dict[str, str] = {
-    "sft": "akka_training.engines.trl.sft",
-    "grpo": "akka_training.engines.trl.grpo",
-    "gspo": "akka_training.engines.trl.grpo",
-}
-VERL_MODULE = "akka_training.engines.verl.engine"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,59 +76,84 @@ def run_job(spec: JobSpec, reporter: HttpReporter, workdir: Path) -> int:
     store = open_blob_store(spec.storage_url)
     job = JobContext(spec=spec, reporter=reporter, store=store, workdir=workdir)
     job.bundles = bundle_resolver(spec.settings, store, workdir / "bundles")
-    tracing: Tracing | None = None
     try:
         # Setup
-        placement = detect_placement()
-        reporter.started(placement)
-        job.telemetry = _open_telemetry(job, placement)
-        tracing = job.tracing = Tracing(
-            JOB_SERVICE,
-            job_resource_from_spec(spec, pod=placement.pod, node=placement.node),
-            spec.telemetry.collector_endpoint,
-        )
-        job.watchdog = StallWatchdog(
-            spec.telemetry.stall_seconds,
-            job.artifacts,
-            store,
-            job.attempt_key,
-            reporter,
-            on_stall=job.telemetry.stalled,
-        )
-        job.watchdog.start()
-        root = {
+        try:
+            engine = _setup(job)
+        except StaleAttempt:
+            log.warning("the service moved on from this attempt; stopping")
+            return 0
+        except Exception as exc:
+            return _report_failure(job, exc)
+        assert job.tracing is not None
+        root: dict[str, str | int] = {
             names.PROJECT: spec.project,
             names.RUN_ID: spec.run_id,
             names.RUN_ATTEMPT: spec.attempt,
         }
-        with tracing.span(
+        with job.tracing.span(
             names.PREFIX + "job", root, parent=job_traceparent(spec.telemetry.traceparent)
         ):
             # Train, save and report the end
-            if _uses_verl(spec):
-                return _run_verl(job)
-            outcome = importlib.import_module(TRL_MODULES[spec.settings.method]).run(job)
-            if outcome.stopped:
-                reporter.stopped(StoppedReport(step=outcome.step))
-                return 0
-            reporter.finished(_finish(job, outcome))
-            return 0
-    except StaleAttempt:
-        log.warning("the service moved on from this attempt; stopping")
-        return 0
-    except Exception as exc:
-        reason, detail = classify_failure(exc, spec.settings)
-        log.exception("training failed (%s)", reason.value)
-        reporter.failed(FailedReport(code=reason.value, detail=detail))
-        return 1
+            return run_engine(job, engine)
     finally:
         # Cleanup
         if job.watchdog is not None:
             job.watchdog.stop()
         if job.telemetry is not None:
             job.telemetry.shutdown()
-        if tracing is not None:
-            tracing.shutdown()
+        if job.tracing is not None:
+            job.tracing.shutdown()
+
+
+def run_engine(job: JobContext, engine: Engine) -> int:
+    """Train with `engine` and send the attempt's one end report; the exit status (0 finished
+    or stopped, 1 failed). Every engine ends through here."""
+    try:
+        outcome = engine.run(job)
+        if outcome.stopped:
+            job.reporter.stopped(StoppedReport(step=outcome.step))
+        else:
+            job.reporter.finished(_finish(job, outcome))
+        return 0
+    except StaleAttempt:
+        log.warning("the service moved on from this attempt; stopping")
+        return 0
+    except Exception as exc:
+        # The job's span (when one is open) records the failure, as it would an escaping error.
+        span = trace.get_current_span()
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        return _report_failure(job, exc)
+
+
+def _setup(job: JobContext) -> Engine:
+    spec = job.spec
+    placement = detect_placement()
+    job.reporter.started(placement)
+    job.telemetry = _open_telemetry(job, placement)
+    job.tracing = Tracing(
+        JOB_SERVICE,
+        job_resource_from_spec(spec, pod=placement.pod, node=placement.node),
+        spec.telemetry.collector_endpoint,
+    )
+    job.watchdog = StallWatchdog(
+        spec.telemetry.stall_seconds,
+        job.artifacts,
+        job.store,
+        job.attempt_key,
+        job.reporter,
+        on_stall=job.telemetry.stalled,
+    )
+    job.watchdog.start()
+    return load_engine(spec.settings.method, spec.settings.engine)
+
+
+def _report_failure(job: JobContext, exc: Exception) -> int:
+    reason, detail = classify_failure(exc, job.spec.settings)
+    log.exception("training failed (%s)", reason.value)
+    job.reporter.failed(FailedReport(code=reason.value, detail=detail))
+    return 1
 
 
 def _open_telemetry(job: JobContext, placement: Placement) -> JobTelemetry:
@@ -150,31 +168,17 @@ def _open_telemetry(job: JobContext, placement: Placement) -> JobTelemetry:
     return telemetry
 
 
-def _uses_verl(spec: JobSpec) -> bool:
-    return spec.settings.method in RL_METHODS and spec.settings.engine == "verl"
-
-
-def _run_verl(job: JobContext) -> int:
-    """The verl engine sends its own `training`, step and end reports."""
-    run_verl = importlib.import_module(VERL_MODULE).run_verl
-    return int(
-        run_verl(
-            job.spec,
-            job.reporter,
-            job.store,
-            workdir=job.workdir / "verl",
-            bundle_resolver=job.bundles,
-            telemetry=job.telemetry,
-        )
-    )
-
-
 def _finish(job: JobContext, outcome: Outcome) -> FinishedReport:
-    if outcome.adapter_dir is None:
+    """The finished report, once the final adapter is in the store."""
+    if outcome.adapter_key is not None:
+        adapter = outcome.adapter_key
+    elif outcome.adapter_dir is not None:
+        upload_adapter(job.store, job.adapter_prefix, outcome.adapter_dir)
+        adapter = job.adapter_prefix
+    else:
         raise RuntimeError("training ended without an adapter to save")
-    upload_adapter(job.store, job.adapter_prefix, outcome.adapter_dir)
     return FinishedReport(
-        adapter=job.adapter_prefix,
+        adapter=adapter,
         step=outcome.step,
         adapter_modules=outcome.adapter_modules,
         summary=outcome.summary,

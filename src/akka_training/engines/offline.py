@@ -26,5 +26,4 @@ def stay_offline() -> None:
         os.environ[name] = value
     constants = sys.modules.get("huggingface_hub.constants")
     if constants is not None:
-        constants.HF_HUB_OFFLINE = True
-        constants.HF_HUB_DISABLE_TELEMETRY = True
+        vars(constants).update(HF_HUB_OFFLINE=True, HF_HUB_DISABLE_TELEMETRY=True)

@@ -5,7 +5,7 @@ the network. When the service does not answer (it is restarting), reports wait i
 are retried with back-off for up to `patience` seconds; the job keeps training meanwhile. The
 final report (finished, stopped, failed) is sent synchronously after the queue has drained.
 
-Each answer carries a `Directive`; `action` holds the latest one, which the training loop reads
+Each answer carries a directive (`core.reports.Action`); `action` holds the latest one, which the training loop reads
 after every optimizer step.
 """
 

@@ -1,7 +1,7 @@
 """Snapshots in the blob store: an adapter (`weights`) and the training state that lets another
 attempt (resume) or another run (continue) carry on from the same step.
 
-Layout under ``runs/{run}/snapshots/step-{N}/``: ``weights/`` holds the PEFT adapter
+Layout (`core.blobkeys`) under ``runs/{run}/snapshots/step-{N}/``: ``weights/`` holds the PEFT adapter
 (``adapter_config.json``, ``adapter_model.safetensors``); ``training-state/`` holds the
 trainer's checkpoint files (optimizer, scheduler, RNG states, ``trainer_state.json`` with the
 step and the data position). Everything is uploaded before the snapshot is reported; the report
@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from akka_training.blobstore import BlobStore
+from akka_training.core.blobkeys import SnapshotKeys
 from akka_training.core.reports import SnapshotReport
 from akka_training.engines.failures import SourceUnavailable
 
@@ -30,18 +31,17 @@ STATE_PATTERNS = (
 
 
 def upload_snapshot(
-    store: BlobStore, prefix: str, name: str, step: int, checkpoint: Path
+    store: BlobStore, keys: SnapshotKeys, step: int, checkpoint: Path
 ) -> SnapshotReport:
     """Upload the adapter and the training state of a trainer checkpoint directory."""
-    weights = f"{prefix}/weights/"
-    state = f"{prefix}/training-state/"
+    weights, state = keys.weights, keys.training_state
     upload_adapter(store, weights, checkpoint)
     files = [p for p in sorted(checkpoint.iterdir()) if p.is_file() and _is_state(p.name)]
     if not any(p.name == "trainer_state.json" for p in files):
         raise FileNotFoundError(f"{checkpoint} holds no trainer_state.json")
     for path in files:
         store.put_file(state + path.name, path)
-    return SnapshotReport(name=name, step=step, weights=weights, training_state=state)
+    return SnapshotReport(name=keys.name, step=step, weights=weights, training_state=state)
 
 
 def upload_adapter(store: BlobStore, prefix: str, directory: Path) -> list[str]:

@@ -5,17 +5,21 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
 from akka_training import __version__
+from akka_training.config.settings import Settings
 from akka_training.controller.loop import Controller
+from akka_training.deployment.context import AppContext, build_context
 from akka_training.server.bootstrap import bootstrap
-from akka_training.server.context import AppContext, build_context
 from akka_training.server.errors import install_error_handlers
 from akka_training.server.observability import Observability
+from akka_training.server.openapi import document
 from akka_training.server.routers import (
     bundles,
+    capacity,
     catalog,
     datasets,
     grafana,
@@ -26,9 +30,16 @@ from akka_training.server.routers import (
     system,
 )
 from akka_training.server.services.pipelines import advance_all
-from akka_training.server.settings import Settings
 
 log = logging.getLogger(__name__)
+
+ROUTERS = (system, projects, catalog, capacity, datasets, bundles, runs, pipelines, jobs, grafana)
+
+
+class TrainerApp(FastAPI):
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's document, with the schemas of streamed lines and self-parsed bodies."""
+        return document(self)
 
 
 def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
@@ -37,20 +48,20 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
         context = ctx or build_context(settings)
         bootstrap(context)
         app.state.ctx = context
-        context.telemetry = Observability(context)
-        context.controller = Controller(context)
-        context.controller.hooks.append(lambda: advance_all(context))
-        context.controller.start()
+        telemetry = app.state.telemetry = context.telemetry = Observability(context)
+        controller = context.controller = Controller(context)
+        controller.hooks.append(lambda: advance_all(context))
+        controller.start()
         try:
             yield
         finally:
-            context.controller.stop()
-            context.telemetry.shutdown()
+            controller.stop()
+            telemetry.shutdown()
             context.backend.close()
             context.db.dispose()
 
-    app = FastAPI(title="akka training", version=__version__, lifespan=lifespan)
+    app = TrainerApp(title="akka training", version=__version__, lifespan=lifespan)
     install_error_handlers(app)
-    for module in (system, projects, catalog, datasets, bundles, runs, pipelines, jobs, grafana):
+    for module in ROUTERS:
         app.include_router(module.router)
     return app

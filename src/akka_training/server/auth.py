@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from akka_training.core.errors import Forbidden, Unauthorized
-from akka_training.server.ids import hash_secret
+from akka_training.storage.ids import hash_secret
 from akka_training.storage.models import Token
 
 # Writing last_used_at on every request would make each read a write; once a minute is enough.

@@ -14,11 +14,11 @@ from pathlib import Path
 from sqlalchemy import select
 
 from akka_training.client.contexts import Context, load_config
-from akka_training.server.context import AppContext
-from akka_training.server.ids import hash_secret
+from akka_training.deployment.context import AppContext
 from akka_training.server.services.projects import apply_configured_quotas
-from akka_training.server.services.tokens import create_admin_token
+from akka_training.storage.ids import hash_secret
 from akka_training.storage.models import Token
+from akka_training.storage.tokens import create_admin_token
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from akka_training.blobstore import BlobStore, BlobWriter
+from akka_training.core.blobkeys import DATASET_UPLOADS
 from akka_training.core.errors import InvalidRequest, PayloadTooLarge, Problem
 from akka_training.server.dataset_rows import RowSummary, RowValidator
 
@@ -25,7 +26,6 @@ from akka_training.server.dataset_rows import RowSummary, RowValidator
 # that the batches in flight keep the service's memory flat (bench/upload.py: 1 MiB and 4 MiB
 # batches upload equally fast; 4 MiB ones cost the service about 12 MiB more).
 BATCH_BYTES = 1024 * 1024
-STAGING_PREFIX = "datasets/uploads"
 # Threads that hash and write batches beside the row checks. A store task waits on nothing, so
 # a bounded pool cannot deadlock; uploads beyond its size queue for a moment.
 _STORE_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dataset-store")
@@ -62,7 +62,7 @@ async def receive_dataset(
     case nothing is left in the blob store. The caller owns the staged blob of the result."""
     if declared_bytes is not None and declared_bytes > max_bytes:
         raise too_large(max_bytes)
-    staged = f"{STAGING_PREFIX}/{secrets.token_hex(8)}.jsonl"
+    staged = f"{DATASET_UPLOADS}/{secrets.token_hex(8)}.jsonl"
     sink = _Sink(blobs.writer(staged))
     loop = asyncio.get_running_loop()
     pending: asyncio.Future[None] | None = None

@@ -1,4 +1,5 @@
-"""FastAPI dependencies: the context, a short database session, the caller."""
+"""FastAPI dependencies: the context, the service's telemetry, a short database session, the
+caller."""
 
 from __future__ import annotations
 
@@ -8,8 +9,19 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
+from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal, authenticate, bearer
-from akka_training.server.context import AppContext, get_context
+from akka_training.server.observability import Observability
+
+
+def get_context(request: Request) -> AppContext:
+    ctx: AppContext = request.app.state.ctx
+    return ctx
+
+
+def get_observability(request: Request) -> Observability:
+    telemetry: Observability = request.app.state.telemetry
+    return telemetry
 
 
 def db_session(ctx: Annotated[AppContext, Depends(get_context)]) -> Iterator[Session]:
@@ -24,5 +36,6 @@ def caller(request: Request, ctx: Annotated[AppContext, Depends(get_context)]) -
 
 
 Ctx = Annotated[AppContext, Depends(get_context)]
+Telemetry = Annotated[Observability, Depends(get_observability)]
 Db = Annotated[Session, Depends(db_session)]
 Caller = Annotated[Principal, Depends(caller)]

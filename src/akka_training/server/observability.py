@@ -10,9 +10,10 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from akka_training.controller import transitions
-from akka_training.server.context import AppContext
+from akka_training.core.states import ClaimState
+from akka_training.deployment.context import AppContext
 from akka_training.server.services.capacity import pool_usage
+from akka_training.storage import transitions
 from akka_training.storage.models import Claim, Project, Run
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry.grafana import GrafanaLinks
@@ -63,7 +64,7 @@ class Observability:
             held = dict(
                 session.execute(
                     select(Claim.project, func.sum(Claim.devices))
-                    .where(Claim.state == "GRANTED")
+                    .where(Claim.state == ClaimState.GRANTED)
                     .group_by(Claim.project)
                 ).all()
             )

@@ -21,6 +21,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from akka_training.core.states import AttemptState, ClaimState
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -202,7 +204,7 @@ class Attempt(Base):
     __tablename__ = "attempts"
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
     number: Mapped[int] = mapped_column(Integer, primary_key=True)
-    state: Mapped[str] = mapped_column(String(16), default="pending")
+    state: Mapped[str] = mapped_column(String(16), default=AttemptState.PENDING)
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     launch_tries: Mapped[int] = mapped_column(Integer, default=0)
     next_try_at: Mapped[datetime | None] = mapped_column()
@@ -230,7 +232,7 @@ class Claim(Base):
     pool: Mapped[str] = mapped_column(String(64))
     devices: Mapped[int] = mapped_column(Integer)
     device_ids: Mapped[list[Any]] = mapped_column(default=list)
-    state: Mapped[str] = mapped_column(String(16), default="QUEUED")
+    state: Mapped[str] = mapped_column(String(16), default=ClaimState.QUEUED)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     granted_at: Mapped[datetime | None] = mapped_column()
     released_at: Mapped[datetime | None] = mapped_column()

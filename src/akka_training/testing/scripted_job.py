@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from akka_training.blobstore import open_blob_store
+from akka_training.core import blobkeys
 from akka_training.core.plans import RL_METHODS
 from akka_training.core.reports import (
     FinishedReport,
@@ -109,9 +110,9 @@ def main(path: str) -> int:
             return 0
         if step % save_every == 0 and step < total:
             _snapshot(spec, blobs, reporter, step)
-    adapter = f"runs/{spec.run_id}/adapter"
+    adapter = blobkeys.adapter_prefix(spec.run_id)
     blobs.put_bytes(
-        f"{adapter}/adapter_config.json", json.dumps({"scripted": True, "step": step}).encode()
+        f"{adapter}adapter_config.json", json.dumps({"scripted": True, "step": step}).encode()
     )
     reporter.finished(
         FinishedReport(
@@ -123,15 +124,12 @@ def main(path: str) -> int:
 
 
 def _snapshot(spec: JobSpec, blobs: object, reporter: HttpReporter, step: int) -> None:
-    base = f"runs/{spec.run_id}/snapshots/step-{step}"
-    blobs.put_bytes(f"{base}/weights/adapter_config.json", json.dumps({"step": step}).encode())  # type: ignore[attr-defined]
-    blobs.put_bytes(f"{base}/training-state/state.json", json.dumps({"step": step}).encode())  # type: ignore[attr-defined]
+    keys = blobkeys.snapshot_keys(spec.run_id, step)
+    blobs.put_bytes(f"{keys.weights}adapter_config.json", json.dumps({"step": step}).encode())  # type: ignore[attr-defined]
+    blobs.put_bytes(f"{keys.training_state}state.json", json.dumps({"step": step}).encode())  # type: ignore[attr-defined]
     reporter.snapshot(
         SnapshotReport(
-            name=f"step-{step}",
-            step=step,
-            weights=f"{base}/weights",
-            training_state=f"{base}/training-state",
+            name=keys.name, step=step, weights=keys.weights, training_state=keys.training_state
         )
     )
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import yaml
 
-from akka_training.client.api import TrainerClient
+from akka_training.client.trainer import TrainerClient
 from akka_training.core.documents import deep_merge
 
 

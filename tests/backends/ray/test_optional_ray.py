@@ -34,7 +34,7 @@ def test_a_ray_deployment_without_ray_is_told_what_to_install() -> None:
         "import sys\n"
         "sys.modules['ray'] = None\n"
         "from akka_training.backends.ray import RayBackend, RayNotInstalled\n"
-        "from akka_training.server.settings import RayBackend as Settings\n"
+        "from akka_training.config.settings import RayBackend as Settings\n"
         "try:\n"
         "    RayBackend(Settings(), [])\n"
         "except RayNotInstalled as exc:\n"

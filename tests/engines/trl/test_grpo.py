@@ -15,6 +15,9 @@ from tests.engines.conftest import ReportServer
 from tests.engines.jobs import make_spec, put_dataset, run_in_process
 from tests.engines.rows import chat_rows, image_rows
 
+# Every test here trains a real job.
+pytestmark = pytest.mark.slow
+
 TERMS = [
     {"name": "correct", "kind": "match", "mode": "final-number"},
     {"name": "format", "kind": "regex", "pattern": "####", "weight": 0.2},

@@ -16,6 +16,9 @@ from tests.engines.conftest import ReportServer
 from tests.engines.jobs import make_spec, put_dataset, run_in_process
 from tests.engines.rows import chat_rows, image_rows, long_chat_rows
 
+# Every test here trains a real job.
+pytestmark = pytest.mark.slow
+
 SFT = {
     "method": "sft",
     "maxSeqLength": 64,

@@ -92,6 +92,7 @@ def test_tools_are_named_timed_and_counted(bundle_dir: Path) -> None:
     assert dict(counters.timeouts) == {"plus": 0, "nap": 1, "broken": 0}
 
 
+@pytest.mark.slow
 def test_a_grpo_run_with_tools_and_a_rule_term_from_a_bundle(
     catalog: dict[str, dict[str, Any]],
     report_server: ReportServer,

@@ -152,7 +152,7 @@ def make_spec(
         body["resume"] = {
             "snapshot": "step-2",
             "step": 2,
-            "weights": "runs/run-1/snapshots/step-2/weights",
-            "trainingState": "runs/run-1/snapshots/step-2/training-state",
+            "weights": "runs/run-1/snapshots/step-2/weights/",
+            "trainingState": "runs/run-1/snapshots/step-2/training-state/",
         }
     return JobSpec.model_validate(body)

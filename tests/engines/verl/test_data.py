@@ -128,6 +128,7 @@ print(json.dumps(rows))
 """
 
 
+@pytest.mark.slow
 def test_verl_reads_the_layout(verl_env: VerlEnv, tmp_path: Path) -> None:
     written = write_verl_dataset(
         ROWS, tmp_path / "train.parquet", data_source="maths/train", split="train"

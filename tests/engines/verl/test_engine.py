@@ -1,7 +1,8 @@
 """The verl engine's whole flow against a stand-in for verl's interpreter
 (``fixtures/fake_verl.py``: verl's files, from fixtures verl's own code produced), a real
 `HttpReporter` talking to a recording service on loopback (`smoke.RecordingService`), and a
-local blob store.
+local blob store. Each run goes through the job entry point's end-report path
+(`job.run_engine`), so the end reports are the ones a job sends.
 
 What verl itself does with the configuration is covered by test_verl_config.py; what a GPU run
 does by scripts/gpu-smoke-verl.sh."""
@@ -18,10 +19,13 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from akka_training.blobstore.local import LocalBlobStore
+from akka_training.engines.context import JobContext
+from akka_training.engines.job import run_engine
 from akka_training.engines.reporter import HttpReporter
 from akka_training.engines.verl import snapshots
-from akka_training.engines.verl.engine import run_verl
+from akka_training.engines.verl.engine import VerlEngine
 from akka_training.engines.verl.smoke import RecordingService
+from akka_training.engines.watchdog import StallWatchdog
 from akka_training.rewards.rollouts import read_step_file
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.telemetry.otel import job_resource_from_spec
@@ -57,7 +61,11 @@ def job(
     )
 
     def run(
-        mode: str = "", step_seconds: str = "0.05", telemetry: Any = None, **spec_kwargs: Any
+        mode: str = "",
+        step_seconds: str = "0.05",
+        telemetry: Any = None,
+        watchdog: Any = None,
+        **spec_kwargs: Any,
     ) -> tuple[int, LocalBlobStore]:
         monkeypatch.setenv("FAKE_VERL_MODE", mode)
         monkeypatch.setenv("FAKE_VERL_STEP_SECONDS", step_seconds)
@@ -67,15 +75,16 @@ def job(
         reporter = HttpReporter(
             service.url, spec.run_id, spec.attempt, "token", patience=10, heartbeat_seconds=60
         )
+        job = JobContext(
+            spec=spec,
+            reporter=reporter,
+            store=blobs,
+            workdir=tmp_path / "run",
+            telemetry=telemetry(spec) if telemetry else None,
+            watchdog=watchdog(reporter) if watchdog else None,
+        )
         try:
-            code = run_verl(
-                spec,
-                reporter,
-                blobs,
-                workdir=tmp_path / "run",
-                verl_python=python,
-                telemetry=telemetry(spec) if telemetry else None,
-            )
+            code = run_engine(job, VerlEngine(verl_python=python))
         finally:
             reporter.close()
         return code, blobs
@@ -83,6 +92,7 @@ def job(
     return run
 
 
+@pytest.mark.slow
 def test_a_run_reports_steps_rollouts_snapshots_and_its_adapter(
     job: Callable, service: RecordingService
 ) -> None:
@@ -122,8 +132,8 @@ def test_a_run_reports_steps_rollouts_snapshots_and_its_adapter(
     assert last == {
         "name": "step-4",
         "step": 4,
-        "weights": "runs/run-1/snapshots/step-4/weights",
-        "trainingState": "runs/run-1/snapshots/step-4/training-state",
+        "weights": "runs/run-1/snapshots/step-4/weights/",
+        "trainingState": "runs/run-1/snapshots/step-4/training-state/",
     }
     assert blobs.exists("runs/run-1/snapshots/step-4/weights/adapter_model.safetensors")
     assert blobs.exists(
@@ -141,6 +151,7 @@ def fixture_dump(step: int) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.slow
 def test_stop_ends_verl_and_reports_stopped(job: Callable, service: RecordingService) -> None:
     service.decide = lambda kind, body: (
         "stop" if kind == "steps" and body["step"] >= 2 else "continue"
@@ -152,6 +163,7 @@ def test_stop_ends_verl_and_reports_stopped(job: Callable, service: RecordingSer
     assert "finished" not in service.kinds()
 
 
+@pytest.mark.slow
 def test_save_and_stop_saves_at_the_next_step(job: Callable, service: RecordingService) -> None:
     service.decide = lambda kind, body: "save-and-stop" if kind == "steps" else "continue"
     code, blobs = job(step_seconds="0.3", save_every=100, rl={"training": {"maxSteps": 12}})
@@ -162,6 +174,7 @@ def test_save_and_stop_saves_at_the_next_step(job: Callable, service: RecordingS
     assert blobs.exists(f"{snapshot['weights']}/adapter_config.json")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "code", "fragment"),
     [
@@ -209,14 +222,11 @@ def test_missing_verl_environment(service: RecordingService, tmp_path: Path) -> 
     reporter = HttpReporter(
         service.url, spec.run_id, spec.attempt, "token", patience=10, heartbeat_seconds=60
     )
+    job = JobContext(
+        spec=spec, reporter=reporter, store=LocalBlobStore(tmp_path), workdir=tmp_path / "run"
+    )
     try:
-        code = run_verl(
-            spec,
-            reporter,
-            LocalBlobStore(tmp_path),
-            workdir=tmp_path / "run",
-            verl_python=tmp_path / "nope",
-        )
+        code = run_engine(job, VerlEngine(verl_python=tmp_path / "nope"))
     finally:
         reporter.close()
     assert code == 1
@@ -224,6 +234,7 @@ def test_missing_verl_environment(service: RecordingService, tmp_path: Path) -> 
     assert failed["code"] == "job-start-failed" and "setup-verl-env.sh --gpu" in failed["detail"]
 
 
+@pytest.mark.slow
 def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
     reader = InMemoryMetricReader()
     made: list[JobTelemetry] = []
@@ -263,3 +274,28 @@ def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
     assert phases == {"generation", "reward", "update"}
     lines = (tmp_path / "artifacts" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 3 and "policy_loss" in lines[0]
+
+
+@pytest.mark.slow
+def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Callable, tmp_path: Path) -> None:
+    now = [0.0]
+    made: list[StallWatchdog] = []
+
+    def watchdog(reporter: HttpReporter) -> StallWatchdog:
+        made.append(
+            StallWatchdog(
+                10.0,
+                tmp_path / "artifacts",
+                LocalBlobStore(tmp_path / "blobs"),
+                lambda name: f"stall/{name}",
+                reporter,
+                clock=lambda: now[0],
+            )
+        )
+        made[0].progress()
+        now[0] = 100.0  # without a step from here on, the job would count as stalled
+        return made[0]
+
+    code, _ = job(watchdog=watchdog, rl={"training": {"maxSteps": 2}})
+    assert code == 0
+    assert made[0].check() is None and made[0].dumps == []

@@ -6,7 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.engines.verl.conftest import FIXTURES, VerlEnv
+
+# Runs verl's own environment (.venv-verl).
+pytestmark = pytest.mark.slow
 
 TIMINGS = ("started", "seconds", "term_seconds")
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.engines.verl.conftest import VerlEnv
+
+# Runs verl's own environment (.venv-verl).
+pytestmark = pytest.mark.slow
 
 PROBE = """
 import json, os, sys, verl

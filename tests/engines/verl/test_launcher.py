@@ -18,6 +18,9 @@ from akka_training.engines.verl.paths import VerlPaths
 from akka_training.engines.verl.reward_config import RewardConfig
 from tests.engines.verl.conftest import FIXTURES, make_spec
 
+# Every test here runs verl's process (a stand-in for it) and waits on it: to exit, to stall, to stop.
+pytestmark = pytest.mark.slow
+
 FAKE = FIXTURES / "fake_verl.py"
 
 

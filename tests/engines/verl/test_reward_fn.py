@@ -7,10 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from akka_training.engines.verl.data import write_verl_dataset
 from akka_training.engines.verl.records import RecordReader, setup_error
 from akka_training.engines.verl.reward_config import RewardConfig
 from tests.engines.verl.conftest import FIXTURES, VerlEnv
+
+# Runs verl's own environment (.venv-verl).
+pytestmark = pytest.mark.slow
 
 CALL_AS_VERL = """
 import asyncio, json, sys

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from akka_training.blobstore.local import LocalBlobStore
+from akka_training.core.blobkeys import SnapshotKeys, snapshot_keys
 from akka_training.engines.verl import snapshots
 from tests.engines.verl.conftest import FIXTURES, VerlEnv
 
@@ -44,14 +45,15 @@ def test_latest_step_follows_verl_tracker(tmp_path: Path) -> None:
 def test_training_state_round_trip(tmp_path: Path) -> None:
     blobs = LocalBlobStore(tmp_path / "blobs")
     checkpoint = verl_checkpoint(tmp_path / "a", 4)
-    keys = snapshots.snapshot_keys("run-1", 4)
-    assert keys == snapshots.SnapshotKeys(
+    keys = snapshot_keys("run-1", 4)
+    assert keys == SnapshotKeys(
         "step-4",
-        "runs/run-1/snapshots/step-4/weights",
-        "runs/run-1/snapshots/step-4/training-state",
+        "runs/run-1/snapshots/step-4/",
+        "runs/run-1/snapshots/step-4/weights/",
+        "runs/run-1/snapshots/step-4/training-state/",
     )
     written = snapshots.save_training_state(blobs, keys.training_state, checkpoint, step=4, gpus=2)
-    assert f"{keys.training_state}/actor/model_world_size_2_rank_1.pt" in written
+    assert f"{keys.training_state}actor/model_world_size_2_rank_1.pt" in written
     restored = snapshots.restore_training_state(
         blobs, keys.training_state, tmp_path / "b", step=4, gpus=2
     )
@@ -154,6 +156,7 @@ print(json.dumps({"adapter": adapter, "same": same}))
 """
 
 
+@pytest.mark.slow
 def test_merger_adapter_loads_with_peft(verl_env: VerlEnv, tmp_path: Path) -> None:
     """verl's merger writes the adapter (``save_lora_adapter``) that PEFT loads back to the same
     model; on a GPU machine the smoke check runs the whole merge from FSDP shards."""

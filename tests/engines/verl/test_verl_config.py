@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from akka_training.engines.verl.overrides import (
@@ -19,6 +20,9 @@ from akka_training.engines.verl.overrides import (
 )
 from akka_training.engines.verl.paths import VerlPaths
 from tests.engines.verl.conftest import VerlEnv, make_spec
+
+# Runs verl's own environment (.venv-verl).
+pytestmark = pytest.mark.slow
 
 
 def test_main_ppo_composes_our_overrides(verl_env: VerlEnv, tmp_path: Path) -> None:

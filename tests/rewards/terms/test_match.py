@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,6 +140,41 @@ def test_math_refuses_different_answers(completion: str, expected: str) -> None:
     assert score("math", completion, expected) == (0.0, {})
 
 
+@pytest.mark.parametrize(
+    ("completion", "expected", "value"),
+    [
+        # A parenthesised pair is ordered (a point or an open interval); a bare list is a set.
+        (r"\boxed{(1, 2)}", "(2, 1)", 0.0),
+        (r"\boxed{1, 2}", "2, 1", 1.0),
+        (r"\boxed{\{1, 2\}}", r"\{2, 1\}", 1.0),
+        (r"\boxed{[1, 2)}", r"[1, \frac{4}{2})", 1.0),
+        (r"\boxed{[1, 2)}", "(1, 2]", 0.0),
+        (
+            r"\boxed{\begin{pmatrix}1\\2\end{pmatrix}}",
+            r"\begin{pmatrix}1\\\frac{4}{2}\end{pmatrix}",
+            1.0,
+        ),
+        (r"\boxed{\begin{pmatrix}1\\2\end{pmatrix}}", r"\begin{pmatrix}2\\1\end{pmatrix}", 0.0),
+        (r"\boxed{\ln e}", "1", 1.0),
+        # An equation counts by its value, on either side.
+        (r"\boxed{5}", "x = 5", 1.0),
+        (r"\boxed{x=1, y=2}", "(1, 2)", 1.0),
+        # Numbers agree to six decimal places.
+        (r"\boxed{0.3333333}", r"\frac{1}{3}", 1.0),
+        (r"\boxed{0.33}", r"\frac{1}{3}", 0.0),
+        # The ANTLR 4.9.3 grammar drops a percent sign (see math_worker.py).
+        (r"\boxed{50\%}", "50", 1.0),
+        (r"\boxed{50\%}", "0.5", 0.0),
+        (r"\boxed{\text{5 apples}}", "5", 0.0),
+        (r"\boxed{y}", "x", 0.0),
+    ],
+)
+def test_math_reads_lists_sets_intervals_and_matrices(
+    completion: str, expected: str, value: float
+) -> None:
+    assert score("math", completion, expected) == (value, {})
+
+
 def test_math_never_evaluates_code_from_a_completion(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     completion = rf"\boxed{{__import__('os').system('touch {marker}')}}"
@@ -158,5 +194,24 @@ def test_math_comparison_that_runs_away_is_stopped_and_counted_as_a_timeout() ->
         assert time.monotonic() - started < 5.0
         # The killed worker is replaced: the next comparison works.
         assert grader.evaluate(rollout(r"\boxed{\sqrt{4}}", "2")).value == 1.0
+    finally:
+        checker.close()
+
+
+def test_math_without_math_verify_in_the_job_environment_fails_with_its_cause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The interpreter this virtualenv was made from has the standard library only.
+    monkeypatch.setattr(sys, "executable", sys._base_executable)
+    checker = MathChecker(processes=1, start_timeout_seconds=30.0)
+    grader = MatchGrader(MatchTerm(name="m", kind="match", mode="math"), math_checker=checker)
+    try:
+        with pytest.raises(TermFailed) as failed:
+            grader.evaluate(rollout(r"\boxed{\sqrt{4}}", "2"))
+        assert failed.value.cause == "error"
+        assert failed.value.detail == (
+            "the symbolic-comparison worker did not start (is math-verify installed in the "
+            "job's environment?)"
+        )
     finally:
         checker.close()

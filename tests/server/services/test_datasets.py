@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from akka_training.blobstore import LocalBlobStore
+from akka_training.config.settings import Settings
 from akka_training.core.errors import Forbidden, InvalidRequest, NotFound
 from akka_training.server.auth import Principal
 from akka_training.server.services import datasets as service
-from akka_training.server.settings import Settings
 from akka_training.storage.db import Database
 from akka_training.storage.models import DatasetVersion, Project
 

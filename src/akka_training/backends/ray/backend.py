@@ -39,8 +39,8 @@ from akka_training.backends.ray.nodes import PoolNodes, observe_pools
 from akka_training.core.errors import AkkaError
 
 if TYPE_CHECKING:
-    from akka_training.server.pools import PoolSpec
-    from akka_training.server.settings import RayBackend as RaySettings
+    from akka_training.config.pools import PoolSpec
+    from akka_training.config.settings import RayBackend as RaySettings
 
 
 class RayNotInstalled(AkkaError):

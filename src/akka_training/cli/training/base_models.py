@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from akka_training.cli.output import details, emit, gib, section, table
 from akka_training.cli.state import state
+
+if TYPE_CHECKING:
+    from akka_training.api.catalog import BaseModelDetail, BaseModelSummary, CatalogEnvelope
 
 app = typer.Typer(help="Base models the deployment admits.", no_args_is_help=True)
 
@@ -15,13 +18,7 @@ app = typer.Typer(help="Base models the deployment admits.", no_args_is_help=Tru
 @app.command("list")
 def list_models() -> None:
     """Models with their status and the methods this deployment offers."""
-    rows = state.client().base_models()
-    emit(
-        rows,
-        lambda rs: table(
-            ["ID", "STATUS", "METHODS"], [[r["id"], r["status"], r["methods"]] for r in rs]
-        ),
-    )
+    emit(state.client().base_models(), _print_models)
 
 
 @app.command("get")
@@ -33,70 +30,74 @@ def get_model(model: str) -> None:
 @app.command("envelopes")
 def envelopes() -> None:
     """Every envelope of every model, and whether this deployment admits it."""
-    rows = state.client().envelopes()
-    emit(
-        rows,
-        lambda rs: table(
+    emit(state.client().envelopes(), _print_envelopes)
+
+
+def _print_models(rows: list[BaseModelSummary]) -> None:
+    table(["ID", "STATUS", "METHODS"], [[m.id, m.status, m.methods] for m in rows])
+
+
+def _print_envelopes(rows: list[CatalogEnvelope]) -> None:
+    table(
+        [
+            "MODEL",
+            "METHOD",
+            "ENGINE",
+            "GPUS",
+            "PRECISION",
+            "GPU MEMORY PER GPU",
+            "HOST MEMORY PER NODE",
+            "ADMITTED",
+        ],
+        [
             [
-                "MODEL",
-                "METHOD",
-                "ENGINE",
-                "GPUS",
-                "PRECISION",
-                "GPU MEMORY PER GPU",
-                "HOST MEMORY PER NODE",
-                "ADMITTED",
-            ],
-            [
-                [
-                    r["model"],
-                    r["method"],
-                    r["engine"],
-                    r["gpus"],
-                    r["precision"],
-                    gib(r["gpuMemoryGib"]),
-                    gib(r["hostMemoryGib"]),
-                    r["admitted"],
-                ]
-                for r in rs
-            ],
-        ),
+                e.model,
+                e.method,
+                e.engine,
+                e.gpus,
+                e.precision,
+                gib(e.gpu_memory_gib),
+                gib(e.host_memory_gib),
+                e.admitted,
+            ]
+            for e in rows
+        ],
     )
 
 
-def _print_model(d: dict[str, Any]) -> None:
+def _print_model(m: BaseModelDetail) -> None:
     details(
         [
-            ("ID", d["id"]),
-            ("Status", d["status"]),
-            ("Path", d["path"]),
-            ("Revision", d["revision"]),
-            ("Context length", d["contextLength"]),
-            ("Modality", d["modality"]),
-            ("Engine", d["engine"]),
-            ("Methods", d["methods"]),
+            ("ID", m.id),
+            ("Status", m.status),
+            ("Path", m.path),
+            ("Revision", m.revision),
+            ("Context length", m.context_length),
+            ("Modality", m.modality),
+            ("Engine", m.engine),
+            ("Methods", m.methods),
         ]
     )
     print()
     section("Methods by engine")
-    table(["ENGINE", "METHODS"], [[e, m] for e, m in d["methodsByEngine"].items()], indent="  ")
+    table(["ENGINE", "METHODS"], [[e, ms] for e, ms in m.methods_by_engine.items()], indent="  ")
     print()
     section("Runs this deployment admits")
-    if not d["admitted"]:
+    if not m.admitted:
         print("  none")
         return
     table(
         ["METHOD", "ENGINE", "GPUS", "PRECISION", "GPU MEMORY PER GPU", "HOST MEMORY PER NODE"],
         [
             [
-                e["method"],
-                e["engine"],
-                e["gpus"],
-                e["precision"],
-                gib(e["gpuMemoryGib"]),
-                gib(e["hostMemoryGib"]),
+                e.method,
+                e.engine,
+                e.gpus,
+                e.precision,
+                gib(e.gpu_memory_gib),
+                gib(e.host_memory_gib),
             ]
-            for e in d["admitted"]
+            for e in m.admitted
         ],
         indent="  ",
     )

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from akka_training.cli.output import details, emit, human_bytes, table
+from akka_training.cli.output import details, emit, human_bytes, table, when
 from akka_training.cli.state import state
 from akka_training.core.errors import InvalidRequest
 from akka_training.rewards.bundles import pack_bundle
+
+if TYPE_CHECKING:
+    from akka_training.api.bundles import Bundle
 
 app = typer.Typer(
     help="Scoring bundles: code for rule reward terms and tools.", no_args_is_help=True
@@ -31,9 +35,9 @@ def register(
     result = state.client().register_bundle(ref, packed.data)
     emit(
         result,
-        lambda d: print(
-            f"{'Already registered as' if d.get('existing') else 'Registered'} {d['ref']} "
-            f"(sha256 {d['sha256'][:12]}, {len(d['files'])} files, {human_bytes(d['bytes'])})."
+        lambda b: print(
+            f"{'Already registered as' if b.existing else 'Registered'} {b.ref} "
+            f"(sha256 {b.sha256[:12]}, {len(b.files)} files, {human_bytes(b.bytes)})."
         ),
     )
 
@@ -41,23 +45,7 @@ def register(
 @app.command("list")
 def list_bundles(project: str = typer.Option(None, "--project")) -> None:
     """Registered bundles."""
-    rows = state.client().bundles(project)
-    emit(
-        rows,
-        lambda rs: table(
-            ["BUNDLE", "SHA256", "FILES", "SIZE", "CREATED"],
-            [
-                [
-                    b["ref"],
-                    b["sha256"][:12],
-                    len(b["files"]),
-                    human_bytes(b["bytes"]),
-                    b["createdAt"][:19].replace("T", " "),
-                ]
-                for b in rs
-            ],
-        ),
-    )
+    emit(state.client().bundles(project), _print_bundles)
 
 
 @app.command()
@@ -65,12 +53,22 @@ def get(ref: str) -> None:
     """A bundle's version, hash and files."""
     emit(
         state.client().bundle(ref),
-        lambda d: details(
+        lambda b: details(
             [
-                ("Bundle", d["ref"]),
-                ("SHA256", d["sha256"]),
-                ("Size", human_bytes(d["bytes"])),
-                ("Files", "\n".join(d["files"])),
+                ("Bundle", b.ref),
+                ("SHA256", b.sha256),
+                ("Size", human_bytes(b.bytes)),
+                ("Files", "\n".join(b.files)),
             ]
         ),
+    )
+
+
+def _print_bundles(rows: list[Bundle]) -> None:
+    table(
+        ["BUNDLE", "SHA256", "FILES", "SIZE", "CREATED"],
+        [
+            [b.ref, b.sha256[:12], len(b.files), human_bytes(b.bytes), when(b.created_at)]
+            for b in rows
+        ],
     )

@@ -9,13 +9,22 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 
-from akka_training.cli.output import ago, details, emit, human_bytes, section, table
+from akka_training.cli.output import ago, details, emit, human_bytes, section, table, when
 from akka_training.cli.state import state
 from akka_training.core.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from akka_training.api.datasets import (
+        AliasSet,
+        DatasetDetail,
+        DatasetSummary,
+        DatasetVersion,
+        Registered,
+    )
 
 app = typer.Typer(help="Register and inspect datasets.", no_args_is_help=True)
 
@@ -50,37 +59,7 @@ def list_datasets(
     project: str = typer.Option(None, "--project", help="Only this project."),
 ) -> None:
     """Datasets you can see, with their newest version."""
-    rows = state.client().datasets(project)
-    emit(
-        rows,
-        lambda rs: table(
-            [
-                "DATASET",
-                "LATEST",
-                "VERSIONS",
-                "ROWS",
-                "BYTES",
-                "FORMAT",
-                "IMAGES",
-                "ALIASES",
-                "UPDATED",
-            ],
-            [
-                [
-                    r["dataset"],
-                    f"v{r['latest']}",
-                    r["versions"],
-                    r["rows"],
-                    human_bytes(r["bytes"]),
-                    r["format"],
-                    r["hasImages"],
-                    [f"{a}→v{n}" for a, n in r["aliases"].items()],
-                    ago(r["updatedAt"]),
-                ]
-                for r in rs
-            ],
-        ),
-    )
+    emit(state.client().datasets(project), _print_datasets)
 
 
 @app.command("get")
@@ -164,62 +143,89 @@ def _progress(size: int | None) -> Iterator[Callable[[int], None] | None]:
 # --- text output ---------------------------------------------------------------------------------
 
 
-def _print_registered(d: dict[str, Any]) -> None:
-    summary = (
-        f"{d['rows']} rows, {human_bytes(d['bytes'])}, {d['format']}, sha256:{d['sha256'][:12]}"
+def _print_datasets(rows: list[DatasetSummary]) -> None:
+    table(
+        [
+            "DATASET",
+            "LATEST",
+            "VERSIONS",
+            "ROWS",
+            "BYTES",
+            "FORMAT",
+            "IMAGES",
+            "ALIASES",
+            "UPDATED",
+        ],
+        [
+            [
+                d.dataset,
+                f"v{d.latest}",
+                d.versions,
+                d.rows,
+                human_bytes(d.bytes),
+                d.format,
+                d.has_images,
+                [f"{a}→v{n}" for a, n in d.aliases.items()],
+                ago(d.updated_at),
+            ]
+            for d in rows
+        ],
     )
-    if d["created"]:
-        print(f"Registered {d['ref']} ({summary}).")
+
+
+def _print_registered(d: Registered) -> None:
+    summary = f"{d.rows} rows, {human_bytes(d.bytes)}, {d.format}, sha256:{d.sha256[:12]}"
+    if d.created:
+        print(f"Registered {d.ref} ({summary}).")
     else:
-        print(f"{d['dataset']}: this content is already registered as {d['ref']} ({summary}).")
-    if d.get("alias"):
+        print(f"{d.dataset}: this content is already registered as {d.ref} ({summary}).")
+    if d.alias:
         _print_alias(d)
 
 
-def _print_alias(d: dict[str, Any]) -> None:
-    previous = d.get("previous")
-    if previous is None:
-        print(f"Alias {d['alias']} now points at {d['ref']}.")
-    elif previous == d["version"]:
-        print(f"Alias {d['alias']} already points at {d['ref']}.")
+def _print_alias(d: Registered | AliasSet) -> None:
+    if d.previous is None:
+        print(f"Alias {d.alias} now points at {d.ref}.")
+    elif d.previous == d.version:
+        print(f"Alias {d.alias} already points at {d.ref}.")
     else:
-        print(f"Alias {d['alias']} moved from v{previous} to {d['ref']}.")
+        print(f"Alias {d.alias} moved from v{d.previous} to {d.ref}.")
 
 
-def _print_dataset(d: dict[str, Any]) -> None:
+def _print_dataset(d: DatasetDetail) -> None:
     details(
         [
-            ("Dataset", d["ref"]),
-            ("Latest", "yes" if d["latest"] else "no (a newer version exists)"),
-            ("Format", d["format"]),
-            ("Rows", d["rows"]),
-            ("Bytes", f"{human_bytes(d['bytes'])} ({d['bytes']} bytes)"),
-            ("SHA256", d["sha256"]),
-            ("Images", d["hasImages"]),
-            ("Aliases", d["aliases"]),
-            ("Created", d["createdAt"][:19].replace("T", " ")),
+            ("Dataset", d.ref),
+            ("Latest", "yes" if d.latest else "no (a newer version exists)"),
+            ("Format", d.format),
+            ("Rows", d.rows),
+            ("Bytes", f"{human_bytes(d.bytes)} ({d.bytes} bytes)"),
+            ("SHA256", d.sha256),
+            ("Images", d.has_images),
+            ("Aliases", d.aliases),
+            ("Created", when(d.created_at)),
         ]
     )
     print()
     section("Versions")
-    _print_versions(d["versions"], indent="  ")
+    _print_versions(d.versions, indent="  ")
 
 
-def _print_versions(rows: list[dict[str, Any]], indent: str = "") -> None:
+def _print_versions(rows: list[DatasetVersion], indent: str = "") -> None:
     table(
         ["VERSION", "ROWS", "BYTES", "FORMAT", "IMAGES", "SHA256", "ALIASES", "CREATED"],
         [
             [
-                f"v{r['version']}",
-                r["rows"],
-                human_bytes(r["bytes"]),
-                r["format"],
-                r["hasImages"],
-                r["sha256"][:12],
-                r["aliases"],
-                r["createdAt"][:19].replace("T", " "),
+                f"v{v.version}",
+                v.rows,
+                human_bytes(v.bytes),
+                v.format,
+                v.has_images,
+                v.sha256[:12],
+                v.aliases,
+                when(v.created_at),
             ]
-            for r in rows
+            for v in rows
         ],
         indent=indent,
     )

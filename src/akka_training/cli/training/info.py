@@ -2,28 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
-from akka_training.cli.output import details, emit, gib, section, table
+from akka_training.cli.output import details, emit, gib, section, table, when
 from akka_training.cli.state import state
+
+if TYPE_CHECKING:
+    from akka_training.api.capacity import Capacity
 
 
 def info() -> None:
     """The trainer's configuration and build, one row each."""
-    data = state.client().info()
     emit(
-        data,
-        lambda d: details(
+        state.client().info(),
+        lambda i: details(
             [
-                ("Version", d["version"]),
-                ("Engine", d["engine"]),
-                ("Backend", d["backend"]),
-                ("Database", d["database"]),
-                ("Storage", d["storage"]),
-                ("Telemetry", d["telemetry"]),
-                ("Startup", d["startup"]),
+                ("Version", i.version),
+                ("Engine", i.engine),
+                ("Backend", i.backend),
+                ("Database", i.database),
+                ("Storage", i.storage),
+                ("Telemetry", i.telemetry),
+                ("Startup", i.startup),
             ]
         ),
     )
@@ -31,11 +33,10 @@ def info() -> None:
 
 def capacity(project: str = typer.Option(None, "--project", help="Only this project.")) -> None:
     """Pools, claims and projects at this moment."""
-    data = state.client().capacity(project)
-    emit(data, _print_capacity)
+    emit(state.client().capacity(project), _print_capacity)
 
 
-def _print_capacity(d: dict[str, Any]) -> None:
+def _print_capacity(c: Capacity) -> None:
     section("Pools")
     table(
         [
@@ -52,37 +53,37 @@ def _print_capacity(d: dict[str, Any]) -> None:
         ],
         [
             [
-                p["pool"],
-                p["accelerator"],
-                p["free"],
-                p["granted"],
-                p["outside"],
-                p["declared"],
-                "unreachable" if p["observed"] is None else p["observed"],
-                p["queued"],
-                p["maxClaim"],
-                gib(p["hostRamGib"]),
+                p.pool,
+                p.accelerator,
+                p.free,
+                p.granted,
+                p.outside,
+                p.declared,
+                "unreachable" if p.observed is None else p.observed,
+                p.queued,
+                p.max_claim,
+                gib(p.host_ram_gib),
             ]
-            for p in d["pools"]
+            for p in c.pools
         ],
         indent="  ",
     )
     print()
     section("Claims")
-    if d["claims"]:
+    if c.claims:
         table(
             ["KIND", "FOR", "PROJECT", "DEVICES", "POOL", "STATE", "SINCE"],
             [
                 [
-                    c["kind"],
-                    c["for"],
-                    c["project"],
-                    c["devices"],
-                    c["pool"],
-                    c["state"],
-                    c["since"][:19].replace("T", " "),
+                    claim.kind,
+                    claim.for_,
+                    claim.project,
+                    claim.devices,
+                    claim.pool,
+                    claim.state,
+                    when(claim.since),
                 ]
-                for c in d["claims"]
+                for claim in c.claims
             ],
             indent="  ",
         )
@@ -92,9 +93,6 @@ def _print_capacity(d: dict[str, Any]) -> None:
     section("Projects")
     table(
         ["PROJECT", "QUOTA", "HELD", "QUEUED"],
-        [
-            [p["project"], "none" if p["quota"] is None else p["quota"], p["held"], p["queued"]]
-            for p in d["projects"]
-        ],
+        [[p.project, "none" if p.quota is None else p.quota, p.held, p.queued] for p in c.projects],
         indent="  ",
     )

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
-from akka_training.cli.output import details, emit, section, table
+from akka_training.cli.output import details, emit, section, table, when
 from akka_training.cli.state import state
 from akka_training.cli.training.runs import print_settings, read_plan
 from akka_training.core.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from akka_training.api.pipelines import (
+        Pipeline,
+        PipelineDryRun,
+        PipelineEndLine,
+        PipelineProgressLine,
+    )
 
 app = typer.Typer(help="Pipelines: ordered train stages, each a linked run.", no_args_is_help=True)
 
@@ -25,53 +33,56 @@ def start(
     wait_: bool = typer.Option(False, "--wait", help="Wait for the pipeline to end."),
 ) -> None:
     """Submit a pipeline plan (or check it with --dry-run)."""
-    result = state.client().start_pipeline(read_plan(file), dry_run=dry_run)
+    plan = read_plan(file)
+    client = state.client()
     if dry_run:
-        emit(result, lambda d: _print_dry_run(d, show_resolved))
+        checked = client.start_pipeline(plan, dry_run=True)
+        emit(checked, lambda d: _print_dry_run(d, show_resolved))
         return
+    pipeline = client.start_pipeline(plan)
     if state.output != "text" and not wait_:
-        emit(result, lambda _: None)
+        emit(pipeline, lambda _: None)
         return
     if state.output == "text":
-        print(f"Pipeline {result['id']} started ({len(result['stages'])} stages).")
+        print(f"Pipeline {pipeline.id} started ({len(pipeline.stages)} stages).")
     if wait_:
-        _wait(result["id"], None)
+        _wait(pipeline.id, None)
 
 
-def _print_dry_run(d: dict[str, Any], show_resolved: bool) -> None:
+def _print_dry_run(d: PipelineDryRun, show_resolved: bool) -> None:
     if not show_resolved:
-        print(f"The pipeline is valid: {len(d['stages'])} stage(s). Nothing was started.")
+        print(f"The pipeline is valid: {len(d.stages)} stage(s). Nothing was started.")
         return
-    for i, stage in enumerate(d["stages"]):
+    for i, stage in enumerate(d.stages):
         if i:
             print()
-        print(f"Stage {stage['name']}:")
-        if stage.get("settings"):
-            print_settings(stage["settings"])
+        print(f"Stage {stage.name}:")
+        if stage.settings:
+            print_settings(stage.settings)
         else:
-            print(f"  omitted: it {stage.get('omitted', 'has no registered dataset to resolve')}.")
+            print(f"  omitted: it {stage.omitted or 'has no registered dataset to resolve'}.")
 
 
 @app.command("list")
 def list_pipelines(project: str = typer.Option(None, "--project")) -> None:
     """Pipelines, newest first."""
-    rows = state.client().pipelines(project)
-    emit(
-        rows,
-        lambda rs: table(
-            ["PIPELINE", "PROJECT", "NAME", "STATE", "STAGES", "CREATED"],
+    emit(state.client().pipelines(project), _print_pipelines)
+
+
+def _print_pipelines(rows: list[Pipeline]) -> None:
+    table(
+        ["PIPELINE", "PROJECT", "NAME", "STATE", "STAGES", "CREATED"],
+        [
             [
-                [
-                    p["id"],
-                    p["project"],
-                    p["name"],
-                    p["state"],
-                    " > ".join(f"{s['name']}:{s['phase']}" for s in p["stages"]),
-                    p["createdAt"][:19].replace("T", " "),
-                ]
-                for p in rs
-            ],
-        ),
+                p.id,
+                p.project,
+                p.name,
+                p.state,
+                " > ".join(f"{s.name}:{s.phase}" for s in p.stages),
+                when(p.created_at),
+            ]
+            for p in rows
+        ],
     )
 
 
@@ -81,14 +92,14 @@ def get(pipeline: str) -> None:
     emit(state.client().pipeline(pipeline), _print_pipeline)
 
 
-def _print_pipeline(d: dict[str, Any]) -> None:
+def _print_pipeline(p: Pipeline) -> None:
     details(
         [
-            ("Pipeline", d["id"]),
-            ("Project", d["project"]),
-            ("Name", d["name"]),
-            ("State", d["state"]),
-            ("Failure", d["failure"]),
+            ("Pipeline", p.id),
+            ("Project", p.project),
+            ("Name", p.name),
+            ("State", p.state),
+            ("Failure", p.failure),
         ]
     )
     print()
@@ -96,14 +107,8 @@ def _print_pipeline(d: dict[str, Any]) -> None:
     table(
         ["STAGE", "METHOD", "RUN", "PHASE", "STEP"],
         [
-            [
-                s["name"],
-                s["method"],
-                s["run"],
-                s["phase"],
-                (s["progress"] or {}).get("observedStep"),
-            ]
-            for s in d["stages"]
+            [s.name, s.method, s.run, s.phase, s.progress.observed_step if s.progress else None]
+            for s in p.stages
         ],
         indent="  ",
     )
@@ -116,38 +121,30 @@ def wait(pipeline: str, timeout: float = typer.Option(None, "--timeout")) -> Non
 
 
 def _wait(ref: str, timeout: float | None) -> None:
-    final = None
-    for item in state.client().wait_pipeline(ref, timeout):
+    final: PipelineProgressLine | PipelineEndLine | None = None
+    for line in state.client().wait_pipeline(ref, timeout):
         if state.output == "json":
-            print(json.dumps(item), flush=True)
-        elif not state.quiet and item["type"] == "progress":
-            stages = ", ".join(f"{s['name']} {s['phase']}" for s in item["pipeline"]["stages"])
-            print(f"Pipeline {item['pipeline']['id']}: {stages}", flush=True)
-        final = item
+            print(json.dumps(line.to_json()), flush=True)
+        elif not state.quiet and line.type == "progress":
+            stages = ", ".join(f"{s.name} {s.phase}" for s in line.pipeline.stages)
+            print(f"Pipeline {line.pipeline.id}: {stages}", flush=True)
+        final = line
     if final is None:
         raise InvalidRequest("The trainer closed the stream before the pipeline ended.")
+    p = final.pipeline
     if state.output == "text":
-        p = final["pipeline"]
-        print(
-            f"Pipeline {p['id']} {p['state']}" + (f": {p['failure']}" if p.get("failure") else "")
-        )
-    if final["pipeline"]["state"] != "COMPLETED":
+        print(f"Pipeline {p.id} {p.state}" + (f": {p.failure}" if p.failure else ""))
+    if p.state != "COMPLETED":
         raise typer.Exit(1)
 
 
 @app.command()
 def cancel(pipeline: str) -> None:
     """Cancel a pipeline and its running stage."""
-    emit(
-        state.client().cancel_pipeline(pipeline),
-        lambda d: print(f"Pipeline {d['id']} {d['state']}."),
-    )
+    emit(state.client().cancel_pipeline(pipeline), lambda p: print(f"Pipeline {p.id} {p.state}."))
 
 
 @app.command()
 def resume(pipeline: str) -> None:
     """Run a failed or cancelled pipeline again from the stage that did not complete."""
-    emit(
-        state.client().resume_pipeline(pipeline),
-        lambda d: print(f"Pipeline {d['id']} {d['state']}."),
-    )
+    emit(state.client().resume_pipeline(pipeline), lambda p: print(f"Pipeline {p.id} {p.state}."))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
-from akka_training.cli.output import details, emit, section, table
+from akka_training.cli.output import details, emit, section, table, when
 from akka_training.cli.state import state
+
+if TYPE_CHECKING:
+    from akka_training.api.projects import Project, ProjectDetail
 
 app = typer.Typer(help="Projects and their device quotas.", no_args_is_help=True)
 
@@ -22,8 +25,8 @@ def create(
     project = state.client().create_project(name, quota, description)
     emit(
         project,
-        lambda d: print(
-            f"Project {d['name']} created (quota: {'none' if d['quota'] is None else d['quota']})."
+        lambda p: print(
+            f"Project {p.name} created (quota: {'none' if p.quota is None else p.quota})."
         ),
     )
 
@@ -31,23 +34,7 @@ def create(
 @app.command("list")
 def list_projects() -> None:
     """Projects you can see."""
-    rows = state.client().projects()
-    emit(
-        rows,
-        lambda rs: table(
-            ["PROJECT", "QUOTA", "HELD", "QUEUED", "CREATED"],
-            [
-                [
-                    r["name"],
-                    "none" if r["quota"] is None else r["quota"],
-                    r["held"],
-                    r["queued"],
-                    r["createdAt"][:19],
-                ]
-                for r in rs
-            ],
-        ),
-    )
+    emit(state.client().projects(), _print_projects)
 
 
 @app.command("get")
@@ -56,20 +43,36 @@ def get(name: str) -> None:
     emit(state.client().project(name), _print_project)
 
 
-def _print_project(d: dict[str, Any]) -> None:
+def _print_projects(rows: list[Project]) -> None:
+    table(
+        ["PROJECT", "QUOTA", "HELD", "QUEUED", "CREATED"],
+        [
+            [
+                p.name,
+                "none" if p.quota is None else p.quota,
+                p.held,
+                p.queued,
+                when(p.created_at, "T"),
+            ]
+            for p in rows
+        ],
+    )
+
+
+def _print_project(p: ProjectDetail) -> None:
     details(
         [
-            ("Project", d["name"]),
-            ("Description", d["description"]),
-            ("Quota", "none" if d["quota"] is None else f"{d['quota']} device(s)"),
-            ("Held", f"{d['held']} device(s)"),
-            ("Queued", f"{d['queued']} claim(s)"),
+            ("Project", p.name),
+            ("Description", p.description),
+            ("Quota", "none" if p.quota is None else f"{p.quota} device(s)"),
+            ("Held", f"{p.held} device(s)"),
+            ("Queued", f"{p.queued} claim(s)"),
         ]
     )
     print()
     section("Members")
     table(
         ["TOKEN", "NAME", "KIND"],
-        [[m["token"], m["name"], m["kind"]] for m in d["members"]],
+        [[m.token, m.name, m.kind] for m in p.members],
         indent="  ",
     )

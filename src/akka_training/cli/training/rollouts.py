@@ -3,42 +3,45 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from akka_training.cli.output import table
+
+if TYPE_CHECKING:
+    from akka_training.api.rollouts import Rollout, StepRollouts
 
 PROMPT_WIDTH = 48
 COMPLETION_WIDTH = 60
 
 
-def print_rollouts(d: dict[str, Any]) -> None:
-    if not d["rollouts"]:
-        print(d.get("note") or f"Run {d['run']} has no rollouts.")
+def print_rollouts(page: StepRollouts) -> None:
+    if not page.rollouts:
+        print(page.note or f"Run {page.run} has no rollouts.")
         return
     order = {"worst": "lowest score first", "best": "highest score first"}.get(
-        d.get("order") or "", "in order"
+        page.order or "", "in order"
     )
     print(
-        f"Run {d['run']} step {d['step']}: {len(d['rollouts'])} of {d['count']} rollouts, {order}."
+        f"Run {page.run} step {page.step}: {len(page.rollouts)} of {page.count} rollouts, {order}."
     )
-    terms = sorted({t for r in d["rollouts"] for t in r["shares"]})
+    terms = sorted({t for r in page.rollouts for t in r.shares})
     table(
         ["#", "SCORE", *[t.upper() for t in terms], "TOKENS", "END", "PROMPT", "COMPLETION"],
         [
             [
-                r["index"],
-                f"{r['score']:.3f}",
+                r.index,
+                f"{r.score:.3f}",
                 *[_share(r, t) for t in terms],
-                r["completionTokens"],
-                r["finishReason"],
-                _short(last_message(r["prompt"]), PROMPT_WIDTH),
-                _short(r["completion"], COMPLETION_WIDTH),
+                r.completion_tokens,
+                r.finish_reason,
+                _short(last_message(r.prompt), PROMPT_WIDTH),
+                _short(r.completion, COMPLETION_WIDTH),
             ]
-            for r in d["rollouts"]
+            for r in page.rollouts
         ],
     )
     print(
-        f"Steps with rollouts: {_steps(d['steps'])}. Read one with --step N; -o json carries every field."
+        f"Steps with rollouts: {_steps(page.steps)}. Read one with --step N; -o json carries every field."
     )
 
 
@@ -57,11 +60,11 @@ def last_message(prompt: Any) -> str:
     return str(prompt)
 
 
-def _share(r: dict[str, Any], term: str) -> str:
-    value = r["shares"].get(term)
+def _share(r: Rollout, term: str) -> str:
+    value = r.shares.get(term)
     text = "-" if value is None else f"{value:.2f}"
-    if term in (r.get("failures") or {}):
-        text += f" ({r['failures'][term]})"
+    if term in r.failures:
+        text += f" ({r.failures[term]})"
     return text
 
 

@@ -6,15 +6,28 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 import yaml
 
-from akka_training.cli.output import details, duration, emit, human_bytes, section, table
+from akka_training.cli.output import details, duration, emit, human_bytes, section, table, when
 from akka_training.cli.state import state
 from akka_training.cli.training.rollouts import print_rollouts
 from akka_training.core.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from akka_training.api.runs import (
+        DryRun,
+        MemorySplit,
+        Metrics,
+        Progress,
+        RunEndLine,
+        RunRecord,
+        RunSummary,
+        Snapshot,
+        TreeNode,
+    )
 
 app = typer.Typer(help="Start, watch, pause, resume and branch runs.", no_args_is_help=True)
 
@@ -53,30 +66,36 @@ def start(
 ) -> None:
     """Submit a run plan (or check it with --dry-run)."""
     plan = read_plan(file)
-    result = state.client().start_run(plan, dry_run=dry_run)
+    client = state.client()
     if dry_run:
+        checked = client.start_run(plan, dry_run=True)
         if state.output != "text":
-            emit(result, lambda _: None)
+            emit(checked, lambda _: None)
         elif show_resolved:
-            print_settings(result["settings"])
+            print_settings(checked.settings)
         elif not state.quiet:
-            s = result["settings"]
-            print(
-                f"The plan is valid: {s['method']} on {s['baseModel']['id']} with "
-                f"{s['dataset']['name']}:v{s['dataset']['version']}, {s['execution']['gpus']} GPU(s) "
-                f"in pool {s['execution']['pool']}. Nothing was started."
-            )
+            _print_valid(checked)
         return
+    run = client.start_run(plan)
     if state.output != "text" and not wait_:
-        emit(result, lambda _: None)
+        emit(run, lambda _: None)
         return
     if state.output == "text":
-        word = "already submitted as" if result.get("existing") else "started:"
-        print(f"Run {word} {result['id']} ({result['phase']})")
+        word = "already submitted as" if run.existing else "started:"
+        print(f"Run {word} {run.id} ({run.phase})")
         if show_resolved:
-            print_settings(result["settings"])
+            print_settings(run.settings)
     if wait_:
-        _wait(result["id"], None, exit_status)
+        _wait(run.id, None, exit_status)
+
+
+def _print_valid(checked: DryRun) -> None:
+    s = checked.settings
+    print(
+        f"The plan is valid: {s['method']} on {s['baseModel']['id']} with "
+        f"{s['dataset']['name']}:v{s['dataset']['version']}, {s['execution']['gpus']} GPU(s) "
+        f"in pool {s['execution']['pool']}. Nothing was started."
+    )
 
 
 @app.command("list")
@@ -86,23 +105,22 @@ def list_runs(
     limit: int = typer.Option(100, "--limit"),
 ) -> None:
     """Runs, newest first."""
-    rows = state.client().runs(project, phase, limit)
-    emit(rows, _print_list)
+    emit(state.client().runs(project, phase, limit), _print_list)
 
 
-def _print_list(rows: list[dict[str, Any]]) -> None:
+def _print_list(rows: list[RunSummary]) -> None:
     table(
         ["RUN", "PROJECT", "METHOD", "BASE MODEL", "DATASET", "PHASE", "PROGRESS", "CREATED"],
         [
             [
-                r["id"],
-                r["project"],
-                r["method"],
-                r["baseModel"],
-                r["dataset"],
-                r["phase"],
-                _progress(r["progress"]),
-                r["createdAt"][:19].replace("T", " "),
+                r.id,
+                r.project,
+                r.method,
+                r.base_model,
+                r.dataset,
+                r.phase,
+                _progress(r.progress),
+                when(r.created_at),
             ]
             for r in rows
         ],
@@ -115,11 +133,11 @@ def get(
     settings: bool = typer.Option(False, "--settings", help="Only the resolved settings."),
 ) -> None:
     """A run: state, results, data fit, memory, cost, failure."""
-    data = state.client().run(run)
+    record = state.client().run(run)
     if settings and state.output == "text":
-        print_settings(data["settings"])
+        print_settings(record.settings)
         return
-    emit(data, print_run)
+    emit(record, print_run)
 
 
 @app.command()
@@ -135,41 +153,40 @@ def wait(
 
 
 def _wait(run: str, timeout: float | None, exit_status: bool) -> None:
-    final: dict[str, Any] | None = None
-    for item in state.client().wait_run(run, timeout=timeout):
+    final: RunEndLine | None = None
+    for line in state.client().wait_run(run, timeout=timeout):
         if state.output == "json":
-            print(json.dumps(item), flush=True)
-        elif item["type"] == "event" and not state.quiet:
-            print(f"{item['at'][11:19]}  {item['message']}", flush=True)
-        elif item["type"] == "progress" and not state.quiet and item["step"]:
-            total = f" of {item['totalSteps']}" if item.get("totalSteps") else ""
-            print(f"          step {item['step']}{total}", flush=True)
-        if item["type"] == "run":
-            final = item
+            print(json.dumps(line.to_json()), flush=True)
+        elif line.type == "event" and not state.quiet:
+            print(f"{line.at.isoformat()[11:19]}  {line.message}", flush=True)
+        elif line.type == "progress" and not state.quiet and line.step:
+            total = f" of {line.total_steps}" if line.total_steps else ""
+            print(f"          step {line.step}{total}", flush=True)
+        if line.type == "run":
+            final = line
     if final is None:
         raise InvalidRequest("The trainer closed the stream before the run ended.")
-    record = final["run"]
+    record = final.run
     if state.output == "yaml":
-        sys.stdout.write(yaml.safe_dump(record, sort_keys=False))
+        sys.stdout.write(yaml.safe_dump(record.to_json(), sort_keys=False))
     elif state.output == "text":
-        line = f"Run {record['id']} {record['phase']}"
-        if final.get("timedOut"):
-            line += " (still running: timed out waiting)"
-        if record.get("failure"):
-            line += f": {record['failure']['reason']}"
-        print(line)
-    if exit_status and (record["phase"] != "COMPLETED" or final.get("timedOut")):
+        text = f"Run {record.id} {record.phase}"
+        if final.timed_out:
+            text += " (still running: timed out waiting)"
+        if record.failure:
+            text += f": {record.failure.reason}"
+        print(text)
+    if exit_status and (record.phase != "COMPLETED" or final.timed_out):
         raise typer.Exit(1)
 
 
 @app.command()
 def cancel(run: str) -> None:
     """Cancel a run (its job is stopped)."""
-    data = state.client().cancel_run(run)
     emit(
-        data,
-        lambda d: print(
-            f"Run {d['id']}: {'cancel requested' if d['requested'] == 'cancel' else d['phase']}."
+        state.client().cancel_run(run),
+        lambda r: print(
+            f"Run {r.id}: {'cancel requested' if r.requested == 'cancel' else r.phase}."
         ),
     )
 
@@ -184,18 +201,16 @@ def pause(
     ),
 ) -> None:
     """Pause a run and release its devices."""
-    data = state.client().pause_run(run, checkpoint)
-    emit(data, lambda d: print(f"Run {d['id']} is {d['phase']}."))
+    emit(state.client().pause_run(run, checkpoint), lambda r: print(f"Run {r.id} is {r.phase}."))
 
 
 @app.command()
 def resume(run: str) -> None:
     """Resume a paused run from its last snapshot (a new attempt, same run)."""
-    data = state.client().resume_run(run)
     emit(
-        data,
-        lambda d: print(
-            f"Run {d['id']} is {d['phase']} (attempt {d['attempt'] + 1} will start from step {d['progress']['savedStep'] or 0})."
+        state.client().resume_run(run),
+        lambda r: print(
+            f"Run {r.id} is {r.phase} (attempt {r.attempt + 1} will start from step {r.progress.saved_step or 0})."
         ),
     )
 
@@ -213,15 +228,14 @@ def branch(
     dry_run: bool = typer.Option(False, "--dry-run"),
 ) -> None:
     """A new run from a snapshot's weights (optimizer, schedule and data position reset)."""
-    data = state.client().branch_run(run, snapshot, steps, _overrides(overrides), dry_run)
-    emit(
-        data,
-        lambda d: print(
-            f"Run {d['id']} started from {run} {snapshot} ({d['phase']})."
-            if "id" in d
-            else "The branch is valid; nothing was started."
-        ),
-    )
+    client = state.client()
+    changes = _overrides(overrides)
+    if dry_run:
+        checked = client.branch_run(run, snapshot, steps, changes, dry_run=True)
+        emit(checked, lambda _: print("The branch is valid; nothing was started."))
+        return
+    branched = client.branch_run(run, snapshot, steps, changes)
+    emit(branched, lambda r: print(f"Run {r.id} started from {run} {snapshot} ({r.phase})."))
 
 
 @app.command("continue")
@@ -233,37 +247,36 @@ def continue_(
     dry_run: bool = typer.Option(False, "--dry-run"),
 ) -> None:
     """A new run from a snapshot's full training state (optimizer, schedule, data position)."""
-    data = state.client().continue_run(run, snapshot, steps, _overrides(overrides), dry_run)
-    emit(
-        data,
-        lambda d: print(
-            f"Run {d['id']} continues {run} from {snapshot} ({d['phase']})."
-            if "id" in d
-            else "The continuation is valid; nothing was started."
-        ),
-    )
+    client = state.client()
+    changes = _overrides(overrides)
+    if dry_run:
+        checked = client.continue_run(run, snapshot, steps, changes, dry_run=True)
+        emit(checked, lambda _: print("The continuation is valid; nothing was started."))
+        return
+    continued = client.continue_run(run, snapshot, steps, changes)
+    emit(continued, lambda r: print(f"Run {r.id} continues {run} from {snapshot} ({r.phase})."))
 
 
 @app.command()
 def snapshots(run: str) -> None:
     """A run's snapshots."""
-    rows = state.client().snapshots(run)
-    emit(
-        rows,
-        lambda rs: table(
-            ["SNAPSHOT", "STEP", "ATTEMPT", "WEIGHTS", "TRAINING STATE", "CREATED"],
+    emit(state.client().snapshots(run), _print_snapshots)
+
+
+def _print_snapshots(rows: list[Snapshot]) -> None:
+    table(
+        ["SNAPSHOT", "STEP", "ATTEMPT", "WEIGHTS", "TRAINING STATE", "CREATED"],
+        [
             [
-                [
-                    s["name"],
-                    s["step"],
-                    s["attempt"],
-                    "swept" if s["swept"] else "yes",
-                    "swept" if s["swept"] else ("yes" if s["trainingState"] else "no"),
-                    s["createdAt"][:19].replace("T", " "),
-                ]
-                for s in rs
-            ],
-        ),
+                s.name,
+                s.step,
+                s.attempt,
+                "swept" if s.swept else "yes",
+                "swept" if s.swept else ("yes" if s.training_state else "no"),
+                when(s.created_at),
+            ]
+            for s in rows
+        ],
     )
 
 
@@ -276,21 +289,19 @@ def metrics(
 ) -> None:
     """A run's per-step figures."""
     wanted = [f.strip() for f in fields.split(",")] if fields else None
-    data = state.client().metrics(run, wanted)
-    emit(data, _print_metrics)
+    emit(state.client().metrics(run, wanted), _print_metrics)
 
 
-def _print_metrics(d: dict[str, Any]) -> None:
-    steps = d["steps"]
-    if not steps:
+def _print_metrics(m: Metrics) -> None:
+    if not m.steps:
         print("No steps reported yet.")
         return
     keys: list[str] = []
-    for s in steps:
-        keys.extend(k for k in s if k not in ("step", "attempt", "at") and k not in keys)
+    for s in m.steps:
+        keys.extend(k for k in s.figures if k not in keys)
     table(
         ["STEP", *[k.upper() for k in keys]],
-        [[s["step"], *[s.get(k) for k in keys]] for s in steps],
+        [[s.step, *[s.figures.get(k) for k in keys]] for s in m.steps],
     )
 
 
@@ -306,9 +317,10 @@ def rollouts(
     chosen = [x for x in (worst, best, limit) if x is not None]
     if len(chosen) > 1:
         raise InvalidRequest("Give one of --worst, --best and --limit.")
-    order = "worst" if worst is not None else "best" if best is not None else None
-    data = state.client().rollouts(run, step, order, chosen[0] if chosen else None)
-    emit(data, print_rollouts)
+    order: Literal["worst", "best"] | None = (
+        "worst" if worst is not None else "best" if best is not None else None
+    )
+    emit(state.client().rollouts(run, step, order, chosen[0] if chosen else None), print_rollouts)
 
 
 @app.command()
@@ -322,11 +334,11 @@ def logs(
     offset = 0
     while True:
         chunk = client.logs(run, offset, attempt)
-        if chunk["text"]:
-            sys.stdout.write(chunk["text"])
+        if chunk.text:
+            sys.stdout.write(chunk.text)
             sys.stdout.flush()
-        offset = chunk["offset"]
-        if not follow or not chunk["open"]:
+        offset = chunk.offset
+        if not follow or not chunk.open:
             return
         time.sleep(1.0)
 
@@ -334,13 +346,13 @@ def logs(
 @app.command()
 def grafana(run: str, project: str = typer.Option(None, "--project")) -> None:
     """A link to the run on the project's Grafana dashboard, valid until the printed expiry."""
-    data = state.client().grafana_link(run, project)
     emit(
-        data,
-        lambda d: (
-            print(d["url"]),
+        state.client().grafana_link(run, project),
+        lambda link: (
+            print(link.url),
             print(
-                f"Anyone with this link can view project {d['project']}'s Grafana until {d['expiresAt']}.",
+                f"Anyone with this link can view project {link.project}'s Grafana until "
+                f"{link.expires_at.isoformat()}.",
                 file=sys.stderr,
             ),
         ),
@@ -350,21 +362,18 @@ def grafana(run: str, project: str = typer.Option(None, "--project")) -> None:
 @app.command()
 def tree(run: str) -> None:
     """A run's lineage: the run it started from and the runs started from it."""
-    data = state.client().tree(run)
-    emit(data, lambda d: _print_tree(d["tree"], d["focus"], ""))
+    emit(state.client().tree(run), lambda t: _print_tree(t.tree, t.focus, ""))
 
 
-def _print_tree(node: dict[str, Any], focus: str, indent: str) -> None:
+def _print_tree(node: TreeNode, focus: str, indent: str) -> None:
     origin = ""
-    if node.get("from"):
-        kind = node["from"]["kind"]
-        origin = f"  <- {kind}" + (
-            f" at {node['from']['snapshot']}" if node["from"].get("snapshot") else ""
-        )
-    mark = "*" if node["run"] == focus else " "
-    name = f" {node['modelName']}" if node.get("modelName") else ""
-    print(f"{indent}{mark} {node['run']}{name}  {node['method']}  {node['phase']}{origin}")
-    for child in node["children"]:
+    if node.origin:
+        snapshot = node.origin.snapshot
+        origin = f"  <- {node.origin.kind}" + (f" at {snapshot}" if snapshot else "")
+    mark = "*" if node.run == focus else " "
+    name = f" {node.model_name}" if node.model_name else ""
+    print(f"{indent}{mark} {node.run}{name}  {node.method}  {node.phase}{origin}")
+    for child in node.children:
         _print_tree(child, focus, indent + "    ")
 
 
@@ -377,9 +386,9 @@ def _overrides(path: str | None) -> dict[str, Any] | None:
     return data
 
 
-def _progress(progress: dict[str, Any]) -> str:
-    step = progress.get("observedStep") or 0
-    total = progress.get("totalSteps")
+def _progress(progress: Progress) -> str:
+    step = progress.observed_step or 0
+    total = progress.total_steps
     return f"{step}/{total}" if total else str(step)
 
 
@@ -394,116 +403,105 @@ def print_settings(settings: dict[str, Any]) -> None:
         print("  " + line)
 
 
-def print_run(d: dict[str, Any]) -> None:
-    progress = d["progress"]
-    saved = progress.get("savedStep")
+def print_run(r: RunRecord) -> None:
+    progress = r.progress
+    saved = progress.saved_step
     section("State")
     rows: list[tuple[str, Any]] = [
-        ("Run", d["id"]),
-        ("Project", d["project"]),
-        ("Method", d["method"]),
-        ("Engine", d["engine"]),
-        ("Base model", d["baseModel"]),
-        ("Dataset", d["dataset"]),
-        ("Phase", d["phase"] + (f" ({d['requested']} requested)" if d.get("requested") else "")),
+        ("Run", r.id),
+        ("Project", r.project),
+        ("Method", r.method),
+        ("Engine", r.engine),
+        ("Base model", r.base_model),
+        ("Dataset", r.dataset),
+        ("Phase", r.phase + (f" ({r.requested} requested)" if r.requested else "")),
         (
             "Progress",
-            f"step {progress['observedStep']}"
-            + (f" of {progress['totalSteps']}" if progress.get("totalSteps") else ""),
+            f"step {progress.observed_step}"
+            + (f" of {progress.total_steps}" if progress.total_steps else ""),
         ),
         ("Saved", f"step {saved}" if saved is not None else "no snapshot yet"),
     ]
-    if d.get("source"):
-        src = d["source"]
+    if r.source:
+        src = r.source
         rows.append(
             (
                 "Started from",
-                f"{src['run']} ({src['kind']}"
-                + (f" at {src['snapshot']})" if src.get("snapshot") else ")"),
+                f"{src.run} ({src.kind}" + (f" at {src.snapshot})" if src.snapshot else ")"),
             )
         )
-    if d.get("pipeline"):
-        rows.append(("Pipeline", f"{d['pipeline']} stage {d['stage']}"))
+    if r.pipeline:
+        rows.append(("Pipeline", f"{r.pipeline} stage {r.stage}"))
     details(rows, indent="  ")
-    if d.get("queue"):
-        q = d["queue"]
+    if r.queue:
+        q = r.queue
         print()
         section("Queue")
         details(
             [
-                ("Position", f"{q['position']} in pool {q['pool']}"),
-                ("Waiting for", "; ".join(q["waitingFor"])),
+                ("Position", f"{q.position} in pool {q.pool}"),
+                ("Waiting for", "; ".join(q.waiting_for)),
             ],
             indent="  ",
         )
-    results = d.get("results") or {}
+    results = r.results
     print()
     section("Results")
-    result_rows: list[tuple[str, Any]] = [
-        ("Model", d.get("modelName") or results.get("model") or "not yet")
-    ]
-    if d["method"] == "sft":
-        result_rows.append(("Training loss", results.get("trainingLoss")))
+    result_rows: list[tuple[str, Any]] = [("Model", r.model_name or results.model or "not yet")]
+    if r.method == "sft":
+        result_rows.append(("Training loss", results.training_loss))
     else:
-        result_rows.append(("Reward", results.get("reward")))
-    result_rows.append(("Adapter modules", _modules(results.get("adapterModules"))))
+        result_rows.append(("Reward", results.reward))
+    result_rows.append(("Adapter modules", _modules(results.adapter_modules)))
     details(result_rows, indent="  ")
-    fit = d.get("dataFit")
+    fit = r.data_fit
     if fit:
         print()
         section("Data fit")
-        rows_total = fit.get("rows")
-        of = f" of {rows_total}" if rows_total is not None else ""
+        of = f" of {fit.rows}" if fit.rows is not None else ""
         fit_rows: list[tuple[str, Any]] = [
-            ("Rows truncated at maxSeqLength", f"{fit.get('rowsTruncated', 0)}{of}"),
-            ("Answers truncated", fit.get("answersTruncated", 0)),
-            ("Rows dropped", fit.get("rowsDropped", 0)),
+            ("Rows truncated at maxSeqLength", f"{fit.rows_truncated or 0}{of}"),
+            ("Answers truncated", fit.answers_truncated or 0),
+            ("Rows dropped", fit.rows_dropped or 0),
         ]
-        if fit.get("paddingShare") is not None:
-            fit_rows.append(("Padding share", f"{fit['paddingShare'] * 100:.1f}%"))
-        if fit.get("promptsTruncated") is not None:
-            fit_rows.append(("Prompts over the limit", fit["promptsTruncated"]))
+        if fit.padding_share is not None:
+            fit_rows.append(("Padding share", f"{fit.padding_share * 100:.1f}%"))
+        if fit.prompts_truncated is not None:
+            fit_rows.append(("Prompts over the limit", fit.prompts_truncated))
         details(fit_rows, indent="  ")
-    memory = d.get("memory")
-    if memory:
+    if r.memory:
         print()
         section("Memory")
-        print_memory(memory)
-    cost = d.get("cost") or {}
+        print_memory(r.memory)
+    cost = r.cost
     print()
     section("Cost")
-    phases = ", ".join(
-        f"{k} {duration(v)}" for k, v in (cost.get("phaseSeconds") or {}).items() if v >= 0.5
-    )
-    tps = cost.get("tokensPerSecond")
-    mfu = cost.get("mfu")
+    phases = ", ".join(f"{k} {duration(v)}" for k, v in cost.phase_seconds.items() if v >= 0.5)
+    tps = cost.tokens_per_second
+    mfu = cost.mfu
     details(
         [
-            ("GPU seconds", cost.get("gpuSeconds")),
-            (
-                "Duration",
-                f"{duration(cost.get('durationSeconds'))}" + (f" ({phases})" if phases else ""),
-            ),
+            ("GPU seconds", cost.gpu_seconds),
+            ("Duration", f"{duration(cost.duration_seconds)}" + (f" ({phases})" if phases else "")),
             ("Throughput", f"{tps:,.0f} tokens/s" if tps else "-"),
             ("MFU", f"{mfu * 100:.1f}%" if mfu else "not measured (unknown device peak)"),
         ],
         indent="  ",
     )
-    if d.get("stalled"):
+    if r.stalled:
         print()
         section("Stalled")
-        stalled = d["stalled"]
         details(
             [
-                ("Since", stalled["since"][:19].replace("T", " ")),
-                ("Threads and memory", stalled.get("dump") or "not recorded yet"),
+                ("Since", when(r.stalled.since)),
+                ("Threads and memory", r.stalled.dump or "not recorded yet"),
             ],
             indent="  ",
         )
-    if d.get("failure"):
+    if r.failure:
         print()
         section("Failure")
-        print("  " + d["failure"]["firstLine"])
+        print("  " + r.failure.first_line)
 
 
 _SPLIT = (
@@ -518,22 +516,25 @@ _SPLIT = (
 )
 
 
-def print_memory(memory: dict[str, Any]) -> None:
-    if "reserved" not in memory:
-        peak = memory.get("host_peak")
+def print_memory(memory: MemorySplit) -> None:
+    if memory.reserved is None:
+        peak = memory.host_peak
         details(
             [
                 ("Device split", "not available on CPU"),
-                ("Host peak", f"{human_bytes(peak)} (step {memory.get('step')})" if peak else "-"),
+                ("Host peak", f"{human_bytes(peak)} (step {memory.step})" if peak else "-"),
             ],
             indent="  ",
         )
         return
     rows: list[tuple[str, Any]] = [
-        ("Step", memory.get("step")),
-        ("Reserved", human_bytes(memory.get("reserved"))),
+        ("Step", memory.step),
+        ("Reserved", human_bytes(memory.reserved)),
     ]
-    rows += [(name.capitalize(), human_bytes(memory[name])) for name in _SPLIT if name in memory]
+    for name in _SPLIT:
+        value = getattr(memory, name)
+        if value is not None:
+            rows.append((name.capitalize(), human_bytes(value)))
     details(rows, indent="  ")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft import PeftModel
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForImageTextToText,
@@ -88,7 +89,7 @@ def load_base_model(
 
 def setup_adapter(
     job: JobContext, model: PreTrainedModel, lora: Lora
-) -> tuple[torch.nn.Module, Any]:
+) -> tuple[PreTrainedModel | PeftModel, Any]:
     """The model to train and the PEFT config to pass to the trainer. A run from a stored
     adapter (warm start, branch, continue) loads it, trainable, and passes no config (TRL would
     refuse a PeftModel with one); a fresh run passes the plan's LoRA config."""

@@ -102,6 +102,13 @@ class GrpoFigures(TrainerCallback):
         return out
 
 
+class GrpoEngine:
+    """GRPO and GSPO on TRL: the `Engine` protocol over this module's `run`."""
+
+    def run(self, job: JobContext) -> Outcome:
+        return run(job)
+
+
 def run(job: JobContext) -> Outcome:
     settings = job.spec.settings
     method = settings.method
@@ -131,7 +138,7 @@ def run(job: JobContext) -> Outcome:
     scorer = _scorer(settings.config.reward or Reward(), job)
 
     # Adapter and resume point
-    model, peft_config = setup_adapter(job, model, rl.lora)
+    trainable, peft_config = setup_adapter(job, model, rl.lora)
     resume_from = resume_checkpoint(job)
 
     # Trainer
@@ -165,7 +172,7 @@ def run(job: JobContext) -> Outcome:
         stop_ids=_stop_ids(processing, model),
     )
     trainer = GRPOTrainer(
-        model=model,
+        model=trainable,
         reward_funcs=rewards,
         args=args,
         train_dataset=Dataset.from_list([_example(row) for row in rows]),
@@ -175,20 +182,23 @@ def run(job: JobContext) -> Outcome:
     )
     memory = StepMemory(device)
     generation_seconds: dict[int, float] = {}
-    trainer._generate = _timed_generation(trainer, memory, generation_seconds)
+    # Generation is timed by wrapping the trainer's own method (TRL has no hook around it).
+    trainer._generate = _timed_generation(trainer, memory, generation_seconds)  # type: ignore[method-assign]
     figures = GrpoFigures(rewards, generation_seconds)
+    trained = trainer.model
+    assert trained is not None  # the trainer holds the model it was given
     reporting = StepReporting(
         job,
         figures,
         memory,
         kind="rl",
         total_steps=total_steps,
-        flop_parameters=flop_parameters(trainer.model),
+        flop_parameters=flop_parameters(trained),
         peak_flops=peak_flops(device, precision(settings, device)),
     )
     trainer.add_callback(figures)
     trainer.add_callback(reporting)
-    modules = adapted_modules(trainer.model)
+    modules = adapted_modules(trained)
     if image_text:
         check_language_only(modules)
     if job.telemetry is not None:

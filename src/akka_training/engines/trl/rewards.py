@@ -16,7 +16,7 @@ from typing import Any
 from akka_training.core.reports import RolloutsReport
 from akka_training.engines.context import JobContext
 from akka_training.engines.data import RlRow
-from akka_training.engines.failures import RewardError
+from akka_training.engines.failures import RewardError, out_of_memory
 from akka_training.rewards.figures import histogram_values, step_figures
 from akka_training.rewards.inputs import RolloutInput, content_text
 from akka_training.rewards.rollouts import rollouts_from_scores, step_summary, write_step_file
@@ -61,7 +61,7 @@ class StepRewards:
         trainer_state: Any = None,
         row_index: list[int] | None = None,
         **_columns: Any,
-    ) -> list[float]:
+    ) -> list[float | None]:
         started = time.perf_counter()
         step = (trainer_state.global_step if trainer_state is not None else 0) + 1
         try:
@@ -75,6 +75,8 @@ class StepRewards:
             rollouts = rollouts_from_scores(step, batch, scored, self.scorer.weights)
             self._keep(step, rollouts)
         except Exception as exc:
+            if out_of_memory(exc):
+                raise  # reported as the memory that ran out, not as the reward's fault
             raise RewardError(f"the reward of step {step} could not be computed: {exc}") from exc
         self.figures[step] = step_figures(rollouts, self.generations, self.max_completion_tokens)
         telemetry = self.job.telemetry
@@ -88,7 +90,7 @@ class StepRewards:
             )
             telemetry.histograms(histogram_values(rollouts))
         self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - started
-        return scored.scores
+        return list[float | None](scored.scores)
 
     def _rollout(
         self, position: int, prompt: Any, completion: Any, ids: list[int], index: int

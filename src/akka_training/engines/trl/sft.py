@@ -64,6 +64,13 @@ class SftFigures:
         return out
 
 
+class SftEngine:
+    """Supervised fine-tuning on TRL: the `Engine` protocol over this module's `run`."""
+
+    def run(self, job: JobContext) -> Outcome:
+        return run(job)
+
+
 def run(job: JobContext) -> Outcome:
     settings = job.spec.settings
     hp = settings.config.hyperparams or SftHyperparams()
@@ -82,7 +89,7 @@ def run(job: JobContext) -> Outcome:
         eval_examples = sft_examples(eval_rows, image_text=image_text)
 
     # Adapter and resume point
-    model, peft_config = setup_adapter(job, model, hp.lora)
+    trainable, peft_config = setup_adapter(job, model, hp.lora)
     resume_from = resume_checkpoint(job)
 
     # Trainer
@@ -107,7 +114,7 @@ def run(job: JobContext) -> Outcome:
         eval_steps=training.validation_frequency_steps if eval_examples else None,
     )
     trainer = SFTTrainer(
-        model=model,
+        model=trainable,
         args=args,
         train_dataset=Dataset.from_list(examples),
         eval_dataset=Dataset.from_list(eval_examples) if eval_examples else None,
@@ -117,17 +124,19 @@ def run(job: JobContext) -> Outcome:
     padding = PaddingMeter(trainer.data_collator)
     trainer.data_collator = padding
     trainer.add_callback(TrainingCollatorOnly(trainer))
+    trained = trainer.model
+    assert trained is not None  # the trainer holds the model it was given
     reporting = StepReporting(
         job,
         SftFigures(padding, lambda: trainer.current_gradient_accumulation_steps),
         StepMemory(device),
         kind="sft",
         total_steps=total_steps,
-        flop_parameters=flop_parameters(trainer.model),
+        flop_parameters=flop_parameters(trained),
         peak_flops=peak_flops(device, precision(settings, device)),
     )
     trainer.add_callback(reporting)
-    modules = adapted_modules(trainer.model)
+    modules = adapted_modules(trained)
     if image_text:
         check_language_only(modules)
     if job.telemetry is not None:

@@ -23,7 +23,7 @@ import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from akka_training.core.reports import SnapshotReport, StepReport
-from akka_training.engines.context import JobContext, snapshot_name
+from akka_training.engines.context import JobContext
 from akka_training.engines.flops import mfu
 from akka_training.engines.memory import StepMemory
 from akka_training.engines.snapshots import upload_snapshot
@@ -152,17 +152,15 @@ class StepReporting(TrainerCallback):
     ) -> None:
         if "save" not in self._pending:
             return
-        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        checkpoint = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
         step = state.global_step
         began = time.time()
-        report = upload_snapshot(
-            self.job.store, self.job.snapshot_prefix(step), snapshot_name(step), step, checkpoint
-        )
+        report = upload_snapshot(self.job.store, self.job.snapshot_keys(step), step, checkpoint)
         self._snapshot = report
         _remove_older(checkpoint)
         self._figures["timing/save"] = self.clock() - self._hook_done
         if self.job.tracing is not None:
-            attributes = {names.STEP: step, names.SNAPSHOT: report.name}
+            attributes: dict[str, str | int] = {names.STEP: step, names.SNAPSHOT: report.name}
             self.job.tracing.record(
                 names.PREFIX + "job.snapshot.save", began, time.time(), attributes
             )

@@ -19,7 +19,7 @@ from typing import Any
 
 from akka_training.core.plans import Tool
 from akka_training.engines.bundles import BundleResolver
-from akka_training.engines.failures import RewardError
+from akka_training.engines.failures import RewardError, out_of_memory
 from akka_training.rewards.bundles import load_function
 
 
@@ -55,6 +55,8 @@ def load_tools(
         try:
             function = load_function(resolver(tool.bundle), tool.function)
         except Exception as exc:  # importing user code can raise anything
+            if out_of_memory(exc):
+                raise  # reported as the memory that ran out
             raise RewardError(
                 f"tool {tool.name!r}: the function {tool.function!r} of bundle {tool.bundle!r} "
                 f"could not be loaded: {exc}"

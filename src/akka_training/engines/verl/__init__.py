@@ -1,7 +1,7 @@
 """The verl engine adapter: GRPO and GSPO with verl 0.9.1, colocated on the GPUs of one node.
 
-The job entry point calls `akka_training.engines.verl.engine.run_verl` (see its module for the
-contract). This package's own import stays empty on purpose: verl's processes import modules of
+The job entry point runs `akka_training.engines.verl.engine.VerlEngine`, one implementation of
+the `Engine` protocol (`akka_training.engines.engine`; see the module for what it does). This package's own import stays empty on purpose: verl's processes import modules of
 it (`reward_fn`, `hooks`, `preflight`) by name, and must not pull in the job's side (the
 reporter, telemetry, blob store) with them.
 

@@ -1,14 +1,14 @@
-"""The verl engine: one attempt of a grpo or gspo run, from the resolved plan to its last report.
+"""The verl engine: one attempt of a grpo or gspo run, from the resolved plan to its outcome.
 
-    run_verl(spec, reporter, blobs, *, workdir=None, verl_python=None, bundle_resolver=None,
-             telemetry=None, extra_overrides=()) -> int
+    VerlEngine(verl_python=None, extra_overrides=()).run(job) -> Outcome
 
-The job entry point calls it after it sent ``started``. It:
+It implements the `Engine` protocol (`akka_training.engines.engine`): the job entry point calls
+it after it sent ``started``, and sends the end report from what it returns or raises. It:
 
-1. prepares verl's inputs under `workdir` (`paths.VerlPaths`): the dataset in verl's layout,
-   the reward configuration, the adapter a warm start or branch begins from, the checkpoint a
-   resume or continuation restores; checks the plan against verl's rules and verl's own
-   validation (`preflight`), and reports ``training``;
+1. prepares verl's inputs under ``verl`` in the job directory (`paths.VerlPaths`): the dataset
+   in verl's layout, the reward configuration, the adapter a warm start or branch begins from,
+   the checkpoint a resume or continuation restores; checks the plan against verl's rules and
+   verl's own validation (`preflight`), and reports ``training``;
 2. runs ``python -m verl.trainer.main_ppo`` with verl's interpreter (``AKKA_VERL_PYTHON`` or
    `verl_python`) and follows it: each optimizer step becomes a ``steps`` report (verl's
    metrics under our names, plus the figures of its rollouts) and a ``rollouts`` step file;
@@ -16,19 +16,22 @@ The job entry point calls it after it sent ``started``. It:
    its training state and its adapter, exported with verl's model merger;
 3. obeys the service's directive after every event: ``stop`` ends verl at once;
    ``save-and-stop`` has verl save at the end of the current step and exit (`hooks`);
-4. ends with exactly one terminal report: ``finished`` (the last snapshot's adapter),
-   ``stopped`` or ``failed`` (a `FailureReason` and a detail).
+4. returns an `Outcome`: finished, with the last snapshot's weights (already in the store) as
+   the final adapter, or stopped; or raises a `JobError` with the reason it recognised
+   (verl's environment missing or unable to start: ``job-start-failed``; a dataset it cannot
+   convert: ``data-error``; a source it cannot restore: ``source-unavailable``; reward terms
+   that cannot run: ``reward-error``; device or host memory exhausted, read from verl's log:
+   ``device-oom``/``host-oom``; a plan verl refuses, a traceback or a failed snapshot:
+   ``training-error``; an exit without a traceback: ``job-crashed``).
 
-It returns the job's exit code (0 finished or stopped, 1 failed) and raises only on a
-programming error, which the caller reports as ``training-error``. With `telemetry` (the job's
-`JobTelemetry`, built and shut down by the caller) each step is also published there: its
-figures, the reward terms' timings, failures and judge tokens, and the rollout histograms; a
-stall sets the stalled gauge. `extra_overrides` are verl overrides appended after ours (a
-deployment's tuning, such as ``actor_rollout_ref.rollout.gpu_memory_utilization=0.4``); verl
-validates them with the rest. `workdir` should be one
-directory per run (a resume on the same host then finds verl's checkpoints without downloading
-them); by default it is ``verl`` under the working directory. `bundle_resolver` turns a rule
-term's bundle reference into its unpacked directory (the same one the TRL engine gets).
+With the job's telemetry open, each step is also published there: its figures, the reward
+terms' timings, failures and judge tokens, and the rollout histograms; a stall sets the stalled
+gauge, and each step feeds the job's stall watchdog. `extra_overrides` are verl overrides
+appended after ours (a deployment's tuning, such as
+``actor_rollout_ref.rollout.gpu_memory_utilization=0.4``); verl validates them with the rest.
+verl's files stay in the job directory, so a resume on the same host finds verl's checkpoints
+without downloading them. The job's bundle resolver turns a rule term's bundle reference into
+its unpacked directory (the same one the TRL engine gets).
 """
 
 from __future__ import annotations
@@ -36,26 +39,35 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import subprocess
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import akka_training
 from akka_training.blobstore.base import BlobStore
-from akka_training.core.failures import FailureReason
+from akka_training.core import blobkeys
+from akka_training.core.exits import memory_exhausted
 from akka_training.core.reports import (
-    FailedReport,
-    FinishedReport,
     RolloutsReport,
     SnapshotReport,
     StepReport,
-    StoppedReport,
     TrainingReport,
 )
 from akka_training.core.resolved import JobSpec
+from akka_training.engines.bundles import BundleResolver
+from akka_training.engines.context import JobContext, Outcome
+from akka_training.engines.failures import (
+    DataError,
+    DeviceOutOfMemory,
+    HostOutOfMemory,
+    JobCrashed,
+    JobError,
+    JobStartFailed,
+    RewardError,
+    SourceUnavailable,
+)
 from akka_training.engines.reporter import HttpReporter
 from akka_training.engines.verl import data, snapshots
 from akka_training.engines.verl.hooks import SAVE_REQUEST_ENV
@@ -93,47 +105,32 @@ HOOKS_MODULE = "akka_training.engines.verl.hooks"
 DUMP_WAIT_SECONDS = 60.0
 PREFLIGHT_TIMEOUT = 300.0
 
-BundleResolver = Callable[[str], Path]
 
+class VerlEngine:
+    """GRPO and GSPO on verl, colocated on the GPUs of one node (see the module docstring)."""
 
-class _Failure(Exception):
-    """A failure the engine recognised: the run fails with `reason` and `detail`."""
+    def __init__(
+        self, verl_python: Path | None = None, extra_overrides: Sequence[str] = ()
+    ) -> None:
+        # None: the interpreter AKKA_VERL_PYTHON names (the deployment sets it for its jobs).
+        self.verl_python = verl_python
+        self.extra_overrides = tuple(extra_overrides)
 
-    def __init__(self, reason: FailureReason, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-def run_verl(
-    spec: JobSpec,
-    reporter: HttpReporter,
-    blobs: BlobStore,
-    *,
-    workdir: Path | None = None,
-    verl_python: Path | None = None,
-    bundle_resolver: BundleResolver | None = None,
-    telemetry: JobTelemetry | None = None,
-    extra_overrides: Sequence[str] = (),
-) -> int:
-    """Train one attempt of a grpo/gspo run with verl; see the module docstring."""
-    paths = VerlPaths(workdir or Path.cwd() / "verl", spec.attempt)
-    try:
-        python = _verl_python(verl_python)
+    def run(self, job: JobContext) -> Outcome:
+        """Train one attempt of a grpo/gspo run with verl."""
+        spec = job.spec
+        paths = VerlPaths(job.workdir / "verl", spec.attempt)
+        python = _verl_python(self.verl_python)
         overrides, env, written = _setup(
-            spec, paths, blobs, python, bundle_resolver, list(extra_overrides)
+            spec, paths, job.store, python, job.bundles, list(self.extra_overrides)
         )
         data_fit = {"rows": written.rows, "rowsWithoutAnswer": written.without_answer}
-        reporter.training(
+        job.reporter.training(
             TrainingReport(total_steps=plan_sizes(spec).total_steps, data_fit=data_fit)
         )
-        if telemetry is not None:
-            telemetry.training("rl")
-        return _train(spec, paths, blobs, reporter, telemetry, python, overrides, env)
-    except _Failure as failure:
-        log.error("verl run failed: %s", failure.detail)
-        reporter.failed(FailedReport(code=failure.reason.value, detail=failure.detail))
-        return 1
+        if job.telemetry is not None:
+            job.telemetry.training("rl")
+        return _train(job, paths, python, overrides, env)
 
 
 # --- setup ------------------------------------------------------------------------------------
@@ -149,9 +146,7 @@ def _setup(
 ) -> tuple[list[str], dict[str, str], data.WrittenDataset]:
     problems = verl_constraints(spec)
     if problems:
-        raise _Failure(
-            FailureReason.TRAINING_ERROR, "verl cannot run this plan:\n" + "\n".join(problems)
-        )
+        raise JobError("verl cannot run this plan:\n" + "\n".join(problems))
     paths.make_dirs()
     _link_package(paths)
     written = _write_datasets(spec, paths, blobs)
@@ -169,8 +164,7 @@ def _setup(
 def _verl_python(configured: Path | None) -> Path:
     python = configured or (Path(os.environ[PYTHON_ENV]) if os.environ.get(PYTHON_ENV) else None)
     if python is None or not python.exists():
-        raise _Failure(
-            FailureReason.JOB_START_FAILED,
+        raise JobStartFailed(
             f"verl's Python environment was not found ({python or f'{PYTHON_ENV} is not set'}): "
             "build it with scripts/setup-verl-env.sh --gpu and set "
             f"{PYTHON_ENV} to its bin/python",
@@ -203,7 +197,7 @@ def _write_datasets(spec: JobSpec, paths: VerlPaths, blobs: BlobStore) -> data.W
             rows = data.read_jsonl(source)
             written.append(data.write_verl_dataset(rows, dest, data_source=pin.name, split=split))
         except (OSError, data.DatasetRowError) as exc:
-            raise _Failure(FailureReason.DATA_ERROR, f"dataset {pin.ref}: {exc}") from exc
+            raise DataError(f"dataset {pin.ref}: {exc}") from exc
     return written[0]
 
 
@@ -212,9 +206,7 @@ def _write_reward_config(
 ) -> None:
     refs = bundle_refs(spec)
     if refs and bundle_resolver is None:
-        raise _Failure(
-            FailureReason.REWARD_ERROR, "rule terms need their bundles, and none were provided"
-        )
+        raise RewardError("rule terms need their bundles, and none were provided")
     try:
         bundles = {ref: bundle_resolver(ref) for ref in refs} if bundle_resolver else {}
         config = reward_config_for(
@@ -228,7 +220,7 @@ def _write_reward_config(
         assert reward is not None
         RewardScorer.from_reward(reward, bundle_resolver=lambda ref: bundles[ref]).close()
     except (RewardSetupError, ValueError, KeyError, OSError) as exc:
-        raise _Failure(FailureReason.REWARD_ERROR, str(exc)) from exc
+        raise RewardError(str(exc)) from exc
     config.write(paths.reward_config)
 
 
@@ -250,11 +242,11 @@ def _restore_sources(spec: JobSpec, paths: VerlPaths, blobs: BlobStore) -> None:
                 blobs, source.training_state, paths.checkpoints, step=source.step, gpus=gpus
             )
     except snapshots.GpuCountMismatch as exc:
-        raise _Failure(FailureReason.TRAINING_ERROR, str(exc)) from exc
+        raise JobError(str(exc)) from exc
     except snapshots.SnapshotError as exc:
-        raise _Failure(FailureReason.SOURCE_UNAVAILABLE, str(exc)) from exc
+        raise SourceUnavailable(str(exc)) from exc
     except OSError as exc:
-        raise _Failure(FailureReason.SOURCE_UNAVAILABLE, str(exc)) from exc
+        raise SourceUnavailable(str(exc)) from exc
 
 
 def _verl_env(paths: VerlPaths, python: Path) -> dict[str, str]:
@@ -296,22 +288,17 @@ def _preflight(python: Path, overrides: list[str], env: dict[str, str]) -> dict[
             env={**os.environ, **env},
         )
     except subprocess.TimeoutExpired as exc:
-        raise _Failure(
-            FailureReason.JOB_START_FAILED, "verl's configuration check did not finish"
-        ) from exc
+        raise JobStartFailed("verl's configuration check did not finish") from exc
     lines = done.stdout.strip().splitlines()
     try:
         answer = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError) as exc:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-        raise _Failure(
-            FailureReason.JOB_START_FAILED,
-            f"verl's environment could not check the configuration:\n{tail}",
+        raise JobStartFailed(
+            f"verl's environment could not check the configuration:\n{tail}"
         ) from exc
     if not answer.get("ok"):
-        raise _Failure(
-            FailureReason.TRAINING_ERROR, f"verl refused the configuration: {answer.get('error')}"
-        )
+        raise JobError(f"verl refused the configuration: {answer.get('error')}")
     return answer
 
 
@@ -336,15 +323,9 @@ class _Progress:
 
 
 def _train(
-    spec: JobSpec,
-    paths: VerlPaths,
-    blobs: BlobStore,
-    reporter: HttpReporter,
-    telemetry: JobTelemetry | None,
-    python: Path,
-    overrides: list[str],
-    env: dict[str, str],
-) -> int:
+    job: JobContext, paths: VerlPaths, python: Path, overrides: list[str], env: dict[str, str]
+) -> Outcome:
+    spec, blobs, reporter, telemetry = job.spec, job.store, job.reporter, job.telemetry
     sizes = plan_sizes(spec)
     reward = spec.settings.config.reward
     weights = {t.name: t.weight for t in reward.terms} if reward else {}
@@ -367,6 +348,8 @@ def _train(
                 for step in event.steps:
                     progress.pending[step.step] = (step, time.monotonic())
                     progress.step = max(progress.step, step.step)
+                if job.watchdog is not None:
+                    job.watchdog.progress()
                 if telemetry is not None:
                     telemetry.stalled(False)
             elif isinstance(event, Stalled):
@@ -383,11 +366,11 @@ def _train(
                 spec, blobs, reporter, telemetry, joiner, progress, sizes.total_steps, final=final
             )
             _take_snapshot(spec, paths, blobs, reporter, python, env, progress)
-            if final:
-                return _finish(spec, paths, reporter, progress, event.returncode)
+            if isinstance(event, Exited):
+                return _finish(spec, paths, progress, event.returncode)
             # 3. obey the service
             _obey(reporter.action, process, env, progress)
-    except _Failure:
+    except JobError:
         process.stop()
         raise
     finally:
@@ -485,7 +468,7 @@ def _report_rollouts(
 ) -> None:
     local = joiner.dump_dir / f"step-{step.step}.parquet"
     write_step_file(step.rollouts, local)
-    key = f"runs/{spec.run_id}/rollouts/step-{step.step}.parquet"
+    key = blobkeys.rollouts_key(spec.run_id, step.step)
     blobs.put_file(key, local)
     local.unlink()
     summary = step_summary(step.rollouts)
@@ -527,7 +510,7 @@ def _snapshot(
     progress: _Progress,
     step: int,
 ) -> None:
-    keys = snapshots.snapshot_keys(spec.run_id, step)
+    keys = blobkeys.snapshot_keys(spec.run_id, step)
     checkpoint = paths.checkpoint(step)
     try:
         adapter = snapshots.export_adapter(
@@ -542,9 +525,7 @@ def _snapshot(
             blobs, keys.training_state, checkpoint, step=step, gpus=spec.settings.execution.gpus
         )
     except (snapshots.SnapshotError, OSError, subprocess.TimeoutExpired) as exc:
-        raise _Failure(
-            FailureReason.TRAINING_ERROR, f"the snapshot of step {step} could not be saved: {exc}"
-        ) from exc
+        raise JobError(f"the snapshot of step {step} could not be saved: {exc}") from exc
     progress.snapshot_step = step
     progress.snapshot_weights = keys.weights
     progress.adapter_modules = snapshots.adapter_modules(adapter)
@@ -555,59 +536,40 @@ def _snapshot(
     )
 
 
-def _finish(
-    spec: JobSpec, paths: VerlPaths, reporter: HttpReporter, progress: _Progress, returncode: int
-) -> int:
+def _finish(spec: JobSpec, paths: VerlPaths, progress: _Progress, returncode: int) -> Outcome:
     if progress.stopping == "stop" or (progress.stopping == "save-and-stop" and returncode == 0):
-        reporter.stopped(
-            StoppedReport(
-                step=progress.snapshot_step
-                if progress.stopping == "save-and-stop"
-                else progress.step
-            )
-        )
-        return 0
+        step = progress.snapshot_step if progress.stopping == "save-and-stop" else progress.step
+        return Outcome(step=step, stopped=True, adapter_modules=progress.adapter_modules)
     if returncode != 0:
-        reason, detail = _diagnose(paths, returncode)
-        raise _Failure(reason, detail)
+        raise _diagnose(paths, returncode)
     if progress.snapshot_weights is None or progress.snapshot_step < plan_sizes(spec).total_steps:
-        raise _Failure(
-            FailureReason.TRAINING_ERROR,
+        raise JobError(
             f"verl ended at step {progress.step} without a final checkpoint "
-            f"(the last snapshot is of step {progress.snapshot_step})",
+            f"(the last snapshot is of step {progress.snapshot_step})"
         )
-    reporter.finished(
-        FinishedReport(
-            adapter=progress.snapshot_weights,
-            step=progress.snapshot_step,
-            adapter_modules=progress.adapter_modules,
-        )
+    return Outcome(
+        step=progress.snapshot_step,
+        adapter_key=progress.snapshot_weights,
+        adapter_modules=progress.adapter_modules,
     )
-    return 0
 
 
-# Lines of verl's log that say which memory ran out.
-_DEVICE_OOM = re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA")
-_HOST_OOM = re.compile(
-    r"ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory"
-)
-
-
-def _diagnose(paths: VerlPaths, returncode: int) -> tuple[FailureReason, str]:
+def _diagnose(paths: VerlPaths, returncode: int) -> JobError:
     """Why verl exited with an error, from its log and the reward workers' notes."""
     message = setup_error(paths.reward_records)
     if message:
-        return FailureReason.REWARD_ERROR, message
+        return RewardError(message)
     text = (
         paths.log_file.read_text(encoding="utf-8", errors="replace")
         if paths.log_file.exists()
         else ""
     )
     tail = "\n".join(text.strip().splitlines()[-30:])
-    if _DEVICE_OOM.search(text):
-        return FailureReason.DEVICE_OOM, tail
-    if _HOST_OOM.search(text) or returncode == -9:
-        return FailureReason.HOST_OOM, tail
+    memory = memory_exhausted(text)
+    if memory == "device":
+        return DeviceOutOfMemory(tail)
+    if memory == "host" or returncode == -9:
+        return HostOutOfMemory(tail)
     if "Traceback (most recent call last)" in text:
-        return FailureReason.TRAINING_ERROR, tail
-    return FailureReason.JOB_CRASHED, f"verl exited with status {returncode}\n{tail}"
+        return JobError(tail)
+    return JobCrashed(f"verl exited with status {returncode}\n{tail}")

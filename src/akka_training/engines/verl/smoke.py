@@ -3,9 +3,9 @@
     python -m akka_training.engines.verl.smoke --verl-python .venv-verl/bin/python \\
         --model MODEL_DIR --workdir DIR [--gpus 1,2] [--steps 2]
 
-For each GPU count it trains a tiny grpo run (``--steps`` steps, a snapshot every step) through
-`run_verl`, exactly as a job does, against a recording service on loopback and a local blob
-store, then checks what a user relies on, printing one ``PASS`` or ``FAIL`` line each: the run
+For each GPU count it trains a tiny grpo run (``--steps`` steps, a snapshot every step) with
+`VerlEngine` through the job entry point's end-report path (`job.run_engine`), exactly as a job
+does, against a recording service on loopback and a local blob store, then checks what a user relies on, printing one ``PASS`` or ``FAIL`` line each: the run
 finished; every step reported verl's figures; every step's rollouts were kept with their term
 shares; every step became a snapshot (training state and adapter); the final adapter loads with
 PEFT onto the base model, runs, and moved away from its initialisation (LoRA B starts at zero).
@@ -28,8 +28,10 @@ from typing import Any
 
 from akka_training.blobstore.local import LocalBlobStore
 from akka_training.core.resolved import JobSpec
+from akka_training.engines.context import JobContext
+from akka_training.engines.job import run_engine
 from akka_training.engines.reporter import HttpReporter
-from akka_training.engines.verl.engine import run_verl
+from akka_training.engines.verl.engine import VerlEngine
 from akka_training.rewards.rollouts import read_step_file
 
 # Settings for a small GPU: no CUDA graphs to capture, room for two runs one after the other.
@@ -186,14 +188,8 @@ def check(
     reporter = HttpReporter(service.url, spec.run_id, 1, "smoke", patience=30, heartbeat_seconds=30)
     started = time.monotonic()
     try:
-        code = run_verl(
-            spec,
-            reporter,
-            blobs,
-            workdir=workdir / "run",
-            verl_python=verl_python,
-            extra_overrides=SMOKE_OVERRIDES,
-        )
+        job = JobContext(spec=spec, reporter=reporter, store=blobs, workdir=workdir / "run")
+        code = run_engine(job, VerlEngine(verl_python, extra_overrides=SMOKE_OVERRIDES))
     finally:
         reporter.close()
         service.close()

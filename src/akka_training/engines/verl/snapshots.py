@@ -25,7 +25,6 @@ import shutil
 import struct
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from akka_training.blobstore.base import BlobStore
@@ -41,22 +40,6 @@ class SnapshotError(Exception):
 
 class GpuCountMismatch(SnapshotError):
     """A training state saved on another GPU count than the run's."""
-
-
-@dataclass(frozen=True)
-class SnapshotKeys:
-    """Where one snapshot's parts live in the blob store."""
-
-    name: str
-    weights: str
-    training_state: str
-
-
-def snapshot_keys(run_id: str, step: int) -> SnapshotKeys:
-    base = f"runs/{run_id}/snapshots/step-{step}"
-    return SnapshotKeys(
-        name=f"step-{step}", weights=f"{base}/weights", training_state=f"{base}/training-state"
-    )
 
 
 def latest_step(checkpoints: Path) -> int | None:

@@ -12,8 +12,8 @@ Modes (``mode`` in the plan):
   surrounding space, numbers compare by value. An unreadable completion scores 0; an expected
   object without fields scores 1 for any object.
 - ``math``: 1 when the final answers (last ``\\boxed{}``, else after the last ``####``, else the
-  last line) are equal as strings, as numbers, or symbolically (sympy, in a worker process with
-  a time limit: a comparison that outlives it fails with cause ``timeout``).
+  last line) are equal as strings, as numbers, or symbolically (math-verify, in a worker process
+  with a time limit: a comparison that outlives it fails with cause ``timeout``).
 
 A row without an expected answer (or, for ``json-label-match``, whose expected answer is not a
 JSON object) fails with cause ``error``: that is a dataset problem, not a wrong completion.
@@ -41,7 +41,8 @@ class MatchGrader(SyncGrader):
         super().__init__(spec.name, spec.weight)
         self.mode = spec.mode
         self.batched = spec.mode != "math"
-        # Only the math mode needs sympy workers; they start on the first symbolic comparison.
+        # Only the math mode needs math-verify workers; they start on the first symbolic
+        # comparison.
         self._owns_math = spec.mode == "math" and math_checker is None
         self._math = MathChecker() if self._owns_math else math_checker
 

@@ -1,9 +1,10 @@
 """Time-bounded symbolic comparison for the ``match`` term's ``math`` mode.
 
-sympy runs in worker processes (`math_worker.py`) because a thread stuck in sympy cannot be
-stopped: a comparison that outlives `timeout_seconds` kills its worker, which is replaced on the
-next call, and fails with cause ``timeout``. Workers start on first use (importing sympy takes
-about a second) and stay up until `close()`; a finalizer kills any that remain at exit.
+math-verify (and the sympy under it) runs in worker processes (`math_worker.py`, which says how
+answers are read and compared) because a thread stuck in sympy cannot be stopped: a comparison
+that outlives `timeout_seconds` kills its worker, which is replaced on the next call, and fails
+with cause ``timeout``. Workers start on first use (importing math-verify and sympy takes about
+a second) and stay up until `close()`; a finalizer kills any that remain at exit.
 """
 
 from __future__ import annotations
@@ -46,11 +47,12 @@ class MathChecker:
         # Kills what is left at interpreter exit or when the checker is collected.
         weakref.finalize(self, _kill_all, self._live, self._lock)
 
-    def equivalent(self, a: str, b: str) -> bool:
-        """Whether the answers `a` and `b` are symbolically equal. An answer sympy cannot read
-        is not equal to anything. Raises `TermFailed` (``timeout``) when the check outlives
-        the time limit, (``error``) when a worker cannot be started or dies."""
-        if len(a) > MAX_ANSWER_CHARS or len(b) > MAX_ANSWER_CHARS:
+    def equivalent(self, answer: str, expected: str) -> bool:
+        """Whether the final `answer` is the `expected` one as a mathematical object. An answer
+        that cannot be read is not equal to anything. Raises `TermFailed` (``timeout``) when
+        the check outlives the time limit, (``error``) when a worker cannot be started or
+        dies."""
+        if len(answer) > MAX_ANSWER_CHARS or len(expected) > MAX_ANSWER_CHARS:
             return False
         try:
             worker = self._slots.get(timeout=self.start_timeout_seconds + self.timeout_seconds)
@@ -61,7 +63,7 @@ class MathChecker:
         try:
             if worker is None or not worker.alive():
                 worker = self._start()
-            reply = worker.ask({"a": a, "b": b}, self.timeout_seconds)
+            reply = worker.ask({"answer": answer, "expected": expected}, self.timeout_seconds)
         except _WorkerTimeout:
             self._discard(worker)
             worker = None
@@ -115,7 +117,7 @@ class _Worker:
     @classmethod
     def start(cls, start_timeout: float) -> _Worker:
         # -I: the worker ignores PYTHON* variables and the user's site directory; it imports
-        # only the standard library and sympy.
+        # only the standard library and math-verify (with sympy).
         proc = subprocess.Popen(
             [sys.executable, "-I", "-u", str(WORKER_SCRIPT)],
             stdin=subprocess.PIPE,
@@ -128,8 +130,8 @@ class _Worker:
         except (_WorkerTimeout, _WorkerGone):
             worker.kill()
             raise _WorkerGone(
-                "the symbolic-comparison worker did not start (is sympy installed in the "
-                "job's environment?)"
+                "the symbolic-comparison worker did not start (is math-verify installed in "
+                "the job's environment?)"
             ) from None
         if not ready.get("ready"):
             worker.kill()

@@ -1,35 +1,27 @@
-"""Base models, envelopes and capacity."""
+"""Base models and their envelopes."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
-from akka_training.server.deps import Caller, Ctx, Db
-from akka_training.server.services import capacity as capacity_service
+from akka_training.api.catalog import BaseModelDetail, BaseModelSummary, CatalogEnvelope
+from akka_training.server.deps import Caller, Ctx
+from akka_training.server.openapi import errors
 from akka_training.server.services import catalog as service
 
 router = APIRouter(prefix="/v1")
 
 
-@router.get("/base-models")
-def list_models(ctx: Ctx, _caller: Caller) -> list[dict[str, Any]]:
-    return service.list_models(ctx)
+@router.get("/base-models", responses=errors(401))
+def list_models(ctx: Ctx, _caller: Caller) -> list[BaseModelSummary]:
+    return [BaseModelSummary.model_validate(m) for m in service.list_models(ctx)]
 
 
-@router.get("/base-models/{model_id}")
-def get_model(model_id: str, ctx: Ctx, _caller: Caller) -> dict[str, Any]:
-    return service.get_model(ctx, model_id)
+@router.get("/base-models/{model_id}", responses=errors(401, 404))
+def get_model(model_id: str, ctx: Ctx, _caller: Caller) -> BaseModelDetail:
+    return BaseModelDetail.model_validate(service.get_model(ctx, model_id))
 
 
-@router.get("/envelopes")
-def list_envelopes(ctx: Ctx, _caller: Caller) -> list[dict[str, Any]]:
-    return service.list_envelopes(ctx)
-
-
-@router.get("/capacity")
-def capacity(ctx: Ctx, db: Db, caller: Caller, project: str | None = None) -> dict[str, Any]:
-    if project:
-        caller.require(project)
-    return capacity_service.capacity(db, ctx, project)
+@router.get("/envelopes", responses=errors(401))
+def list_envelopes(ctx: Ctx, _caller: Caller) -> list[CatalogEnvelope]:
+    return [CatalogEnvelope.model_validate(e) for e in service.list_envelopes(ctx)]

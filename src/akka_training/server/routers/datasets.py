@@ -9,23 +9,55 @@ that already holds the same content. A reference's tag travels in the last path 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
+from akka_training.api.datasets import (
+    AliasSet,
+    DatasetDetail,
+    DatasetSummary,
+    DatasetVersion,
+    Registered,
+)
 from akka_training.core.errors import AkkaError
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.deps import caller as identify
+from akka_training.server.openapi import NDJSON, errors, raw_body
 from akka_training.server.services import datasets as service
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1")
 
+_REGISTER_ERRORS = errors(
+    (400, "Not a dataset name or alias, or the upload stopped before its end (no body)."),
+    401,
+    403,
+    (404, "There is no such project."),
+    (409, "Others register the same name at this moment; try again."),
+    (
+        413,
+        "The file is over trainer.datasets.max-bytes; refused before it is read when the "
+        "request declares its length.",
+    ),
+    (422, "The file's rows were refused, with every problem (code invalid)."),
+)
 
-@router.post("/datasets/{project}/{name}", status_code=201)
+
+@router.post(
+    "/datasets/{project}/{name}",
+    status_code=201,
+    response_model=Registered,
+    responses={
+        200: {"model": Registered, "description": "The same content was registered before."},
+        **_REGISTER_ERRORS,
+    },
+    openapi_extra=raw_body(
+        NDJSON, "The dataset's JSON Lines, one chat or prompt-completion row a line."
+    ),
+)
 async def register(
     project: str, name: str, request: Request, ctx: Ctx, alias: str | None = None
 ) -> Response:
@@ -42,27 +74,29 @@ async def register(
         # instead of letting it send the rest of a body nobody will read; our client reads the
         # answer even when its send then fails.
         return JSONResponse(exc.to_json(), status_code=exc.status, headers={"Connection": "close"})
-    return JSONResponse(body, status_code=201 if body["created"] else 200)
+    registered = Registered.model_validate(body)
+    return JSONResponse(registered.to_json(), status_code=201 if registered.created else 200)
 
 
-@router.get("/datasets")
-def list_datasets(db: Db, caller: Caller, project: str | None = None) -> list[dict[str, Any]]:
-    return service.list_datasets(db, caller, project)
+@router.get("/datasets", responses=errors(401, 403, 404))
+def list_datasets(db: Db, caller: Caller, project: str | None = None) -> list[DatasetSummary]:
+    return [DatasetSummary.model_validate(d) for d in service.list_datasets(db, caller, project)]
 
 
-@router.get("/datasets/{project}/{ref}")
-def get_dataset(project: str, ref: str, db: Db, caller: Caller) -> dict[str, Any]:
-    return service.get_dataset(db, caller, f"{project}/{ref}")
+@router.get("/datasets/{project}/{ref}", responses=errors(400, 401, 403, 404))
+def get_dataset(project: str, ref: str, db: Db, caller: Caller) -> DatasetDetail:
+    return DatasetDetail.model_validate(service.get_dataset(db, caller, f"{project}/{ref}"))
 
 
-@router.get("/datasets/{project}/{ref}/versions")
-def list_versions(project: str, ref: str, db: Db, caller: Caller) -> list[dict[str, Any]]:
-    return service.list_versions(db, caller, f"{project}/{ref}")
+@router.get("/datasets/{project}/{ref}/versions", responses=errors(400, 401, 403, 404))
+def list_versions(project: str, ref: str, db: Db, caller: Caller) -> list[DatasetVersion]:
+    versions = service.list_versions(db, caller, f"{project}/{ref}")
+    return [DatasetVersion.model_validate(v) for v in versions]
 
 
-@router.put("/datasets/{project}/{ref}/aliases/{alias}")
-def set_alias(project: str, ref: str, alias: str, db: Db, caller: Caller) -> dict[str, Any]:
-    return service.set_alias(db, caller, f"{project}/{ref}", alias)
+@router.put("/datasets/{project}/{ref}/aliases/{alias}", responses=errors(400, 401, 403, 404))
+def set_alias(project: str, ref: str, alias: str, db: Db, caller: Caller) -> AliasSet:
+    return AliasSet.model_validate(service.set_alias(db, caller, f"{project}/{ref}", alias))
 
 
 def _declared_length(request: Request) -> int | None:

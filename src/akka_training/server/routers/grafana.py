@@ -2,37 +2,55 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Response
 
+from akka_training.api.grafana import GrafanaLink, KeySet
 from akka_training.core.errors import InvalidRequest
-from akka_training.server.deps import Caller, Ctx, Db
+from akka_training.server.deps import Caller, Db, Telemetry
+from akka_training.server.openapi import errors
 from akka_training.server.services.lookups import run_for
 from akka_training.telemetry.service_metrics import PROMETHEUS_CONTENT_TYPE
 
 router = APIRouter()
 
 
-@router.get("/metrics")
-def metrics(ctx: Ctx) -> Response:
-    return Response(ctx.telemetry.metrics.prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The service's metrics in the Prometheus text format.",
+            "content": {PROMETHEUS_CONTENT_TYPE: {"schema": {"type": "string"}}},
+        },
+        **errors(),
+    },
+)
+def metrics(telemetry: Telemetry) -> Response:
+    return Response(telemetry.metrics.prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
 
 
-@router.get("/v1/grafana/jwks")
-def jwks(ctx: Ctx) -> dict[str, Any]:
+@router.get("/v1/grafana/jwks", responses=errors())
+def jwks(telemetry: Telemetry) -> KeySet:
     """The keys that verify the trainer's Grafana link tokens (Grafana's `jwk_set_url`)."""
-    return ctx.telemetry.grafana.jwks()
+    return KeySet.model_validate(telemetry.grafana.jwks())
 
 
-@router.get("/v1/runs/{run_ref}/grafana")
+@router.get(
+    "/v1/runs/{run_ref}/grafana",
+    responses=errors(
+        (400, "A bad run reference, or the run belongs to another project than the one named."),
+        401,
+        403,
+        (404, "There is no such run."),
+    ),
+)
 def link(
-    run_ref: str, ctx: Ctx, db: Db, caller: Caller, project: str | None = None
-) -> dict[str, Any]:
+    run_ref: str, telemetry: Telemetry, db: Db, caller: Caller, project: str | None = None
+) -> GrafanaLink:
     run = run_for(db, caller, run_ref)
     if project and project != run.project:
         raise InvalidRequest(f"Run {run.id} belongs to project {run.project}, not {project}.")
-    url, expires = ctx.telemetry.grafana.link(
+    url, expires = telemetry.grafana.link(
         run.project, run.id, run.started_at or run.created_at, run.ended_at
     )
-    return {"run": run.id, "project": run.project, "url": url, "expiresAt": expires.isoformat()}
+    return GrafanaLink(run=run.id, project=run.project, url=url, expires_at=expires)

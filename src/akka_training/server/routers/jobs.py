@@ -2,21 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter
+from pydantic import WithJsonSchema
 
+from akka_training.api.jobs import REPORTS, Directive
 from akka_training.server.deps import Caller, Ctx, Db
+from akka_training.server.openapi import component, errors
 from akka_training.server.services import jobs as service
 
 router = APIRouter(prefix="/v1/jobs")
 
+# The body of each report kind (the last path segment), parsed by the service.
+ReportDocument = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {
+            "description": "The report of the kind the path names: "
+            + ", ".join(f"{kind}: {model.__name__}" for kind, model in REPORTS.items())
+            + ".",
+            "oneOf": [component(model.__name__, model) for model in REPORTS.values()],
+        }
+    ),
+]
 
-@router.post("/{run_id}/attempts/{attempt}/{kind}")
+
+@router.post(
+    "/{run_id}/attempts/{attempt}/{kind}",
+    responses=errors(
+        (400, "There is no report of that kind."),
+        401,
+        (403, "The token reports for another run or attempt."),
+        (409, "The attempt is no longer the run's current one: stop."),
+        (422, "The report was refused, with every problem (code plan-refused)."),
+    ),
+)
 def report(
-    run_id: str, attempt: int, kind: str, body: dict[str, Any], ctx: Ctx, db: Db, caller: Caller
-) -> dict[str, str]:
+    run_id: str, attempt: int, kind: str, body: ReportDocument, ctx: Ctx, db: Db, caller: Caller
+) -> Directive:
     answer = service.handle(db, caller, run_id, attempt, kind, body)
     if kind in ("finished", "stopped", "failed") and ctx.controller is not None:
         ctx.controller.wake()
-    return answer
+    return Directive.model_validate(answer)

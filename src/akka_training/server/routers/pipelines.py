@@ -2,86 +2,92 @@
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
+from pydantic import WithJsonSchema
 
+from akka_training.api.pipelines import Pipeline, PipelineDryRun, PipelinePlan, PipelineWaitLine
 from akka_training.server.deps import Caller, Ctx, Db
+from akka_training.server.openapi import NDJSON, component, errors, lines
 from akka_training.server.services import pipelines as service
-from akka_training.server.services.lookups import pipeline_for
-from akka_training.storage.models import Pipeline
 
 router = APIRouter(prefix="/v1/pipelines")
 
+# The plan is parsed by the service, which refuses it with every problem of every stage (422).
+PipelineDocument = Annotated[
+    dict[str, Any], WithJsonSchema(component("PipelinePlan", PipelinePlan))
+]
 
-@router.post("")
+_LOOKUP = (
+    (400, "The reference matches several pipelines."),
+    401,
+    403,
+    (404, "There is no such pipeline."),
+)
+
+
+@router.post(
+    "",
+    responses=errors(
+        (400, "Not a pipeline plan (a run plan, or not a mapping)."),
+        401,
+        403,
+        (409, "A pipeline with this submissionId is being started."),
+        (422, "The plan was refused, with every problem of every stage (code plan-refused)."),
+    ),
+)
 def start(
-    body: dict[str, Any], ctx: Ctx, db: Db, caller: Caller, dry_run: bool = False
-) -> dict[str, Any]:
+    body: PipelineDocument, ctx: Ctx, db: Db, caller: Caller, dry_run: bool = False
+) -> Pipeline | PipelineDryRun:
     result = service.start(db, ctx, caller, body, dry_run)
     if not dry_run and ctx.controller is not None:
         ctx.controller.wake()
-    return result
+    if result.get("dryRun"):
+        return PipelineDryRun.model_validate(result)
+    return Pipeline.model_validate(result)
 
 
-@router.get("")
-def list_pipelines(
-    ctx: Ctx, db: Db, caller: Caller, project: str | None = None
-) -> list[dict[str, Any]]:
-    return service.list_pipelines(db, ctx, caller, project)
+@router.get("", responses=errors(401, 403))
+def list_pipelines(ctx: Ctx, db: Db, caller: Caller, project: str | None = None) -> list[Pipeline]:
+    return [Pipeline.model_validate(p) for p in service.list_pipelines(db, ctx, caller, project)]
 
 
-@router.get("/{ref}")
-def get(ref: str, ctx: Ctx, db: Db, caller: Caller) -> dict[str, Any]:
-    return service.get(db, ctx, caller, ref)
+@router.get("/{ref}", responses=errors(*_LOOKUP))
+def get(ref: str, ctx: Ctx, db: Db, caller: Caller) -> Pipeline:
+    return Pipeline.model_validate(service.get(db, ctx, caller, ref))
 
 
-@router.post("/{ref}/cancel")
-def cancel(ref: str, ctx: Ctx, db: Db, caller: Caller) -> dict[str, Any]:
-    return service.cancel(db, ctx, caller, ref)
+@router.post("/{ref}/cancel", responses=errors(*_LOOKUP, (409, "The pipeline already ended.")))
+def cancel(ref: str, ctx: Ctx, db: Db, caller: Caller) -> Pipeline:
+    return Pipeline.model_validate(service.cancel(db, ctx, caller, ref))
 
 
-@router.post("/{ref}/resume")
-def resume(ref: str, ctx: Ctx, db: Db, caller: Caller) -> dict[str, Any]:
+@router.post(
+    "/{ref}/resume",
+    responses=errors(*_LOOKUP, (409, "Only a failed or cancelled pipeline resumes.")),
+)
+def resume(ref: str, ctx: Ctx, db: Db, caller: Caller) -> Pipeline:
     result = service.resume(db, ctx, caller, ref)
     if ctx.controller is not None:
         ctx.controller.wake()
-    return result
+    return Pipeline.model_validate(result)
 
 
-@router.get("/{ref}/wait")
-def wait(
-    ref: str, ctx: Ctx, db: Db, caller: Caller, timeout: float | None = None
-) -> StreamingResponse:
+@router.get(
+    "/{ref}/wait",
+    response_class=StreamingResponse,
+    responses={
+        **lines(
+            "PipelineWaitLine",
+            PipelineWaitLine,
+            "One JSON object a line: the pipeline each time a stage changes, ending with its "
+            "final state (type pipeline).",
+        ),
+        **errors(*_LOOKUP),
+    },
+)
+def wait(ref: str, ctx: Ctx, caller: Caller, timeout: float | None = None) -> StreamingResponse:
     """Line-delimited JSON: the pipeline each time a stage changes, ending with its final state."""
-    pipeline_id = pipeline_for(db, caller, ref).id
-
-    def lines() -> Iterator[bytes]:
-        last = None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with ctx.db.session() as session:
-                row = session.get(Pipeline, pipeline_id)
-                assert row is not None
-                body = service.pipeline_json(session, ctx, row)
-            stages = [(s["name"], s["run"], s["phase"]) for s in body["stages"]]
-            ended = body["state"] != "RUNNING"
-            timed_out = deadline is not None and time.monotonic() > deadline
-            if ended or timed_out:
-                yield (
-                    json.dumps(
-                        {"type": "pipeline", "timedOut": timed_out and not ended, "pipeline": body}
-                    )
-                    + "\n"
-                ).encode()
-                return
-            if stages != last:
-                last = stages
-                yield (json.dumps({"type": "progress", "pipeline": body}) + "\n").encode()
-            time.sleep(0.5)
-
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    return StreamingResponse(service.wait_lines(ctx, caller, ref, timeout), media_type=NDJSON)

@@ -2,42 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
-from pydantic import BaseModel
 
+from akka_training.api.projects import Project, ProjectDetail, ProjectRequest, QuotaRequest
 from akka_training.server.deps import Caller, Db
+from akka_training.server.openapi import errors
 from akka_training.server.services import projects as service
 
 router = APIRouter(prefix="/v1/projects")
 
 
-class ProjectBody(BaseModel):
-    name: str
-    quota: int | None = None
-    description: str | None = None
+@router.get("", responses=errors(401))
+def list_projects(db: Db, caller: Caller) -> list[Project]:
+    return [Project.model_validate(p) for p in service.list_projects(db, caller)]
 
 
-class QuotaBody(BaseModel):
-    quota: int | None
+@router.post("", status_code=201, responses=errors(400, 401, 403, 409))
+def create_project(body: ProjectRequest, db: Db, caller: Caller) -> Project:
+    created = service.create_project(db, caller, body.name, body.quota, body.description)
+    return Project.model_validate(created)
 
 
-@router.get("")
-def list_projects(db: Db, caller: Caller) -> list[dict[str, Any]]:
-    return service.list_projects(db, caller)
+@router.get("/{name}", responses=errors(401, 403, 404))
+def get_project(name: str, db: Db, caller: Caller) -> ProjectDetail:
+    return ProjectDetail.model_validate(service.get_project(db, caller, name))
 
 
-@router.post("", status_code=201)
-def create_project(body: ProjectBody, db: Db, caller: Caller) -> dict[str, Any]:
-    return service.create_project(db, caller, body.name, body.quota, body.description)
-
-
-@router.get("/{name}")
-def get_project(name: str, db: Db, caller: Caller) -> dict[str, Any]:
-    return service.get_project(db, caller, name)
-
-
-@router.put("/{name}/quota")
-def set_quota(name: str, body: QuotaBody, db: Db, caller: Caller) -> dict[str, Any]:
-    return service.set_quota(db, caller, name, body.quota)
+@router.put("/{name}/quota", responses=errors(400, 401, 403, 404))
+def set_quota(name: str, body: QuotaRequest, db: Db, caller: Caller) -> Project:
+    return Project.model_validate(service.set_quota(db, caller, name, body.quota))

@@ -2,50 +2,58 @@
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
+from pydantic import WithJsonSchema
 
-from akka_training.backends.base import ClusterUnreachable
-from akka_training.core.errors import ServiceUnavailable
-from akka_training.core.phases import TERMINAL, Phase
+from akka_training.api.rollouts import StepRollouts
+from akka_training.api.runs import (
+    DeriveRequest,
+    DryRun,
+    JobLogs,
+    Metrics,
+    PauseRequest,
+    RunPlan,
+    RunRecord,
+    RunSummary,
+    RunTree,
+    RunWaitLine,
+    Snapshot,
+)
+from akka_training.deployment.context import AppContext
 from akka_training.server.deps import Caller, Ctx, Db
+from akka_training.server.openapi import NDJSON, component, errors, lines
 from akka_training.server.services import rollouts as rollouts_service
 from akka_training.server.services import runs as service
-from akka_training.server.services.lookups import run_for
-from akka_training.server.services.run_views import run_json
-from akka_training.storage.models import Attempt, Run
 
 router = APIRouter(prefix="/v1/runs")
 
+# The plan is parsed by the service, which refuses it with every problem at once (422).
+PlanDocument = Annotated[dict[str, Any], WithJsonSchema(component("RunPlan", RunPlan))]
 
-class PauseBody(BaseModel):
-    checkpoint: str = "save"
-
-
-class DeriveBody(BaseModel):
-    snapshot: str
-    steps: int | None = None
-    overrides: dict[str, Any] | None = None
-    dryRun: bool = False
+_REFUSED = (422, "The plan was refused, with every problem at once (code plan-refused).")
+# A run reference: an id or an unambiguous prefix of one.
+_LOOKUP = (400, 401, 403, (404, "There is no such run."))
 
 
-@router.post("")
+@router.post(
+    "",
+    responses=errors(
+        (400, "Not a run plan (a pipeline plan, or not a mapping)."), 401, 403, _REFUSED
+    ),
+)
 def start(
-    body: dict[str, Any], ctx: Ctx, db: Db, caller: Caller, dry_run: bool = False
-) -> dict[str, Any]:
+    body: PlanDocument, ctx: Ctx, db: Db, caller: Caller, dry_run: bool = False
+) -> RunRecord | DryRun:
     result = service.start(db, ctx, caller, body, dry_run)
-    if not dry_run and ctx.controller is not None:
-        ctx.controller.wake()
-    return result
+    if not dry_run:
+        _wake(ctx)
+    return _started(result)
 
 
-@router.get("")
+@router.get("", responses=errors((400, "limit out of range, or an unknown phase."), 401, 403))
 def list_runs(
     ctx: Ctx,
     db: Db,
@@ -53,74 +61,76 @@ def list_runs(
     project: str | None = None,
     phase: str | None = None,
     limit: int = Query(100, ge=1, le=1000),
-) -> list[dict[str, Any]]:
-    return service.list_runs(db, ctx, caller, project, phase, limit)
+) -> list[RunSummary]:
+    runs = service.list_runs(db, ctx, caller, project, phase, limit)
+    return [RunSummary.model_validate(r) for r in runs]
 
 
-@router.get("/{run_ref}")
-def get(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> dict[str, Any]:
-    return service.get(db, ctx, caller, run_ref)
+@router.get("/{run_ref}", responses=errors(*_LOOKUP))
+def get(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> RunRecord:
+    return RunRecord.model_validate(service.get(db, ctx, caller, run_ref))
 
 
-@router.post("/{run_ref}/cancel")
-def cancel(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> dict[str, Any]:
+@router.post("/{run_ref}/cancel", responses=errors(*_LOOKUP, (409, "The run already ended.")))
+def cancel(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> RunRecord:
     result = service.cancel(db, ctx, caller, run_ref)
     _wake(ctx)
-    return result
+    return RunRecord.model_validate(result)
 
 
-@router.post("/{run_ref}/pause")
-def pause(run_ref: str, body: PauseBody, ctx: Ctx, db: Db, caller: Caller) -> dict[str, Any]:
+@router.post("/{run_ref}/pause", responses=errors(*_LOOKUP, (409, "The run already ended.")))
+def pause(run_ref: str, body: PauseRequest, ctx: Ctx, db: Db, caller: Caller) -> RunRecord:
     result = service.pause(db, ctx, caller, run_ref, body.checkpoint)
     _wake(ctx)
-    return result
+    return RunRecord.model_validate(result)
 
 
-@router.post("/{run_ref}/resume")
-def resume(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> dict[str, Any]:
+@router.post("/{run_ref}/resume", responses=errors(*_LOOKUP, (409, "The run is not PAUSED.")))
+def resume(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> RunRecord:
     result = service.resume(db, ctx, caller, run_ref)
     _wake(ctx)
-    return result
+    return RunRecord.model_validate(result)
 
 
-@router.post("/{run_ref}/branch")
-def branch(run_ref: str, body: DeriveBody, ctx: Ctx, db: Db, caller: Caller) -> dict[str, Any]:
-    result = service.derive(
-        db, ctx, caller, run_ref, body.snapshot, "weights", body.steps, body.overrides, body.dryRun
-    )
-    _wake(ctx)
-    return result
+_DERIVE_ERRORS = errors(
+    400, 401, 403, (404, "There is no such run, or it has no such snapshot."), _REFUSED
+)
 
 
-@router.post("/{run_ref}/continue")
-def continue_(run_ref: str, body: DeriveBody, ctx: Ctx, db: Db, caller: Caller) -> dict[str, Any]:
-    result = service.derive(
-        db,
-        ctx,
-        caller,
-        run_ref,
-        body.snapshot,
-        "trainingState",
-        body.steps,
-        body.overrides,
-        body.dryRun,
-    )
-    _wake(ctx)
-    return result
+@router.post("/{run_ref}/branch", responses=_DERIVE_ERRORS)
+def branch(
+    run_ref: str, body: DeriveRequest, ctx: Ctx, db: Db, caller: Caller
+) -> RunRecord | DryRun:
+    return _derive(ctx, db, caller, run_ref, body, "weights")
 
 
-@router.get("/{run_ref}/snapshots")
-def snapshots(run_ref: str, db: Db, caller: Caller) -> list[dict[str, Any]]:
-    return service.snapshots(db, caller, run_ref)
+@router.post("/{run_ref}/continue", responses=_DERIVE_ERRORS)
+def continue_(
+    run_ref: str, body: DeriveRequest, ctx: Ctx, db: Db, caller: Caller
+) -> RunRecord | DryRun:
+    return _derive(ctx, db, caller, run_ref, body, "trainingState")
 
 
-@router.get("/{run_ref}/metrics")
-def metrics(run_ref: str, db: Db, caller: Caller, fields: str | None = None) -> dict[str, Any]:
+@router.get("/{run_ref}/snapshots", responses=errors(*_LOOKUP))
+def snapshots(run_ref: str, db: Db, caller: Caller) -> list[Snapshot]:
+    return [Snapshot.model_validate(s) for s in service.snapshots(db, caller, run_ref)]
+
+
+@router.get("/{run_ref}/metrics", responses=errors(*_LOOKUP))
+def metrics(run_ref: str, db: Db, caller: Caller, fields: str | None = None) -> Metrics:
     wanted = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
-    return service.metrics(db, caller, run_ref, wanted)
+    return Metrics.model_validate(service.metrics(db, caller, run_ref, wanted))
 
 
-@router.get("/{run_ref}/rollouts")
+@router.get(
+    "/{run_ref}/rollouts",
+    responses=errors(
+        (400, "A bad run reference, order or limit."),
+        401,
+        403,
+        (404, "There is no such run, or it kept no rollouts at that step."),
+    ),
+)
 def rollouts(
     run_ref: str,
     ctx: Ctx,
@@ -129,95 +139,62 @@ def rollouts(
     step: int | None = None,
     order: str | None = None,
     limit: int | None = Query(None, ge=1),
-) -> dict[str, Any]:
-    return rollouts_service.rollouts(db, ctx, caller, run_ref, step, order, limit)
+) -> StepRollouts:
+    answer = rollouts_service.rollouts(db, ctx, caller, run_ref, step, order, limit)
+    return StepRollouts.model_validate(answer)
 
 
-@router.get("/{run_ref}/tree")
-def tree(run_ref: str, db: Db, caller: Caller) -> dict[str, Any]:
-    return service.tree(db, caller, run_ref)
+@router.get("/{run_ref}/tree", responses=errors(*_LOOKUP))
+def tree(run_ref: str, db: Db, caller: Caller) -> RunTree:
+    return RunTree.model_validate(service.tree(db, caller, run_ref))
 
 
-@router.get("/{run_ref}/logs")
+@router.get("/{run_ref}/logs", responses=errors(*_LOOKUP, 503))
 def logs(
-    run_ref: str, ctx: Ctx, db: Db, caller: Caller, offset: int = 0, attempt: int | None = None
-) -> dict[str, Any]:
-    run = run_for(db, caller, run_ref)
-    number = attempt or run.attempt
-    row = db.get(Attempt, (run.id, number)) if number else None
-    if row is None or not row.handle:
-        return {
-            "run": run.id,
-            "attempt": number,
-            "text": "",
-            "offset": offset,
-            "open": run.phase not in TERMINAL,
-        }
-    try:
-        text, next_offset = ctx.backend.logs(row.handle, offset)
-    except ClusterUnreachable as exc:
-        raise ServiceUnavailable(
-            f"The training cluster does not answer, so the logs cannot be read: {exc}"
-        ) from exc
-    return {
-        "run": run.id,
-        "attempt": number,
-        "text": text,
-        "offset": next_offset,
-        "open": row.state != "exited" and Phase(run.phase) not in TERMINAL,
-    }
+    run_ref: str, ctx: Ctx, caller: Caller, offset: int = 0, attempt: int | None = None
+) -> JobLogs:
+    return JobLogs.model_validate(service.logs(ctx, caller, run_ref, offset, attempt))
 
 
-@router.get("/{run_ref}/wait")
+@router.get(
+    "/{run_ref}/wait",
+    response_class=StreamingResponse,
+    responses={
+        **lines(
+            "RunWaitLine",
+            RunWaitLine,
+            "One JSON object a line: the run's events and progress as they happen, ending "
+            "with the full record (type run).",
+        ),
+        **errors(*_LOOKUP),
+    },
+)
 def wait(
-    run_ref: str, ctx: Ctx, db: Db, caller: Caller, timeout: float | None = None, until: str = "end"
+    run_ref: str, ctx: Ctx, caller: Caller, timeout: float | None = None, until: str = "end"
 ) -> StreamingResponse:
     """Line-delimited JSON: the run's events as they happen, ending with the full record once
     the run ends (or pauses, with until=rest), or at the timeout."""
-    run = run_for(db, caller, run_ref)
-    run_id = run.id
-    stop_phases = set(TERMINAL) | ({Phase.PAUSED} if until == "rest" else set())
-
-    def lines() -> Iterator[bytes]:
-        after = 0
-        step = -1
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with ctx.db.session() as session:
-                for e in service.events(session, run_id, after):
-                    after = e["id"]
-                    yield (json.dumps({"type": "event", **e}) + "\n").encode()
-                current = session.get(Run, run_id)
-                assert current is not None
-                if current.observed_step != step:
-                    step = current.observed_step
-                    yield (
-                        json.dumps(
-                            {
-                                "type": "progress",
-                                "phase": current.phase,
-                                "step": step,
-                                "totalSteps": current.total_steps,
-                            }
-                        )
-                        + "\n"
-                    ).encode()
-                done = Phase(current.phase) in stop_phases
-                timed_out = deadline is not None and time.monotonic() > deadline
-                if done or timed_out:
-                    record = run_json(session, ctx, current)
-                    yield (
-                        json.dumps(
-                            {"type": "run", "timedOut": timed_out and not done, "run": record}
-                        )
-                        + "\n"
-                    ).encode()
-                    return
-            time.sleep(0.5)
-
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    return StreamingResponse(
+        service.wait_lines(ctx, caller, run_ref, timeout, until), media_type=NDJSON
+    )
 
 
-def _wake(ctx: Any) -> None:
+def _derive(
+    ctx: AppContext, db: Db, caller: Caller, run_ref: str, body: DeriveRequest, restore: str
+) -> RunRecord | DryRun:
+    result = service.derive(
+        db, ctx, caller, run_ref, body.snapshot, restore, body.steps, body.overrides, body.dry_run
+    )
+    _wake(ctx)
+    return _started(result)
+
+
+def _started(result: dict[str, Any]) -> RunRecord | DryRun:
+    if result.get("dryRun"):
+        return DryRun.model_validate(result)
+    return RunRecord.model_validate(result)
+
+
+def _wake(ctx: AppContext) -> None:
     if ctx.controller is not None:
         ctx.controller.wake()

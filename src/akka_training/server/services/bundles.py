@@ -11,11 +11,12 @@ from typing import Any
 from sqlalchemy import desc, func, select
 from sqlalchemy.orm import Session
 
+from akka_training.core.blobkeys import bundle_key
 from akka_training.core.errors import InvalidRequest, NotFound, PayloadTooLarge
 from akka_training.core.refs import BadReference, parse_ref
+from akka_training.deployment.context import AppContext
 from akka_training.rewards.bundles import pack_bundle
 from akka_training.server.auth import Principal
-from akka_training.server.context import AppContext
 from akka_training.server.services.projects import get_project_row
 from akka_training.storage.models import Bundle
 
@@ -46,7 +47,7 @@ def register(
     )
     if existing is not None:
         return {**bundle_json(existing), "existing": True}
-    blob = f"bundles/sha256/{packed.sha256}.zip"
+    blob = bundle_key(packed.sha256)
     if not ctx.blobs.exists(blob):
         ctx.blobs.put_bytes(blob, packed.data)
     latest = session.scalar(

@@ -13,7 +13,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from akka_training.server.context import AppContext
+from akka_training.core.states import OPEN_CLAIM_STATES, ClaimState
+from akka_training.deployment.context import AppContext
 from akka_training.storage.models import Claim, Project
 
 
@@ -41,12 +42,13 @@ class PoolUse:
 
 
 def pool_usage(session: Session, ctx: AppContext) -> list[PoolUse]:
-    observed = ctx.controller.observed() if ctx.controller is not None else _observe_now(ctx)
-    open_claims = list(session.scalars(select(Claim).where(Claim.state.in_(("QUEUED", "GRANTED")))))
+    # What the controller last saw; without a running controller nothing was observed.
+    observed = ctx.controller.observed() if ctx.controller is not None else None
+    open_claims = list(session.scalars(select(Claim).where(Claim.state.in_(OPEN_CLAIM_STATES))))
     out = []
     for pool in ctx.pools:
         mine = [c for c in open_claims if c.pool == pool.name]
-        by_state: dict[str, int] = {"QUEUED": 0, "GRANTED": 0}
+        by_state: dict[str, int] = {ClaimState.QUEUED: 0, ClaimState.GRANTED: 0}
         for c in mine:
             by_state[c.state] = by_state.get(c.state, 0) + 1
         seen = observed.get(pool.name) if observed is not None else None
@@ -56,8 +58,8 @@ def pool_usage(session: Session, ctx: AppContext) -> list[PoolUse]:
                 accelerator=pool.accelerator,
                 declared=pool.declared,
                 observed=None if observed is None else (seen.devices if seen else 0),
-                granted=sum(c.devices for c in mine if c.state == "GRANTED"),
-                queued=by_state["QUEUED"],
+                granted=sum(c.devices for c in mine if c.state == ClaimState.GRANTED),
+                queued=by_state[ClaimState.QUEUED],
                 max_claim=pool.max_claim,
                 host_ram_gib=pool.host_ram_gib,
                 claims_by_state=by_state,
@@ -83,7 +85,7 @@ def capacity(session: Session, ctx: AppContext, project: str | None) -> dict[str
         }
         for p in pool_usage(session, ctx)
     ]
-    query = select(Claim).where(Claim.state.in_(("QUEUED", "GRANTED"))).order_by(Claim.id)
+    query = select(Claim).where(Claim.state.in_(OPEN_CLAIM_STATES)).order_by(Claim.id)
     if project:
         query = query.where(Claim.project == project)
     claims = [
@@ -101,7 +103,7 @@ def capacity(session: Session, ctx: AppContext, project: str | None) -> dict[str
     ]
     projects = []
     rows = session.scalars(select(Project).order_by(Project.name))
-    all_claims = list(session.scalars(select(Claim).where(Claim.state.in_(("QUEUED", "GRANTED")))))
+    all_claims = list(session.scalars(select(Claim).where(Claim.state.in_(OPEN_CLAIM_STATES))))
     for p in rows:
         if project and p.name != project:
             continue
@@ -110,18 +112,13 @@ def capacity(session: Session, ctx: AppContext, project: str | None) -> dict[str
                 "project": p.name,
                 "quota": p.quota,
                 "held": sum(
-                    c.devices for c in all_claims if c.project == p.name and c.state == "GRANTED"
+                    c.devices
+                    for c in all_claims
+                    if c.project == p.name and c.state == ClaimState.GRANTED
                 ),
-                "queued": sum(1 for c in all_claims if c.project == p.name and c.state == "QUEUED"),
+                "queued": sum(
+                    1 for c in all_claims if c.project == p.name and c.state == ClaimState.QUEUED
+                ),
             }
         )
     return {"pools": pools, "claims": claims, "projects": projects}
-
-
-def _observe_now(ctx: AppContext) -> dict[str, Any] | None:
-    from akka_training.backends.base import ClusterUnreachable
-
-    try:
-        return ctx.backend.observe()
-    except ClusterUnreachable:
-        return None

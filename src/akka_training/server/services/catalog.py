@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from akka_training.core.catalog import ENGINES
-from akka_training.server.context import AppContext
+from akka_training.deployment.context import AppContext
 
 
 def list_models(ctx: AppContext) -> list[dict[str, Any]]:

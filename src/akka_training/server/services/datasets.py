@@ -5,7 +5,7 @@ A reference is ``PROJECT/NAME`` (the newest version), ``PROJECT/NAME:vN``,
 ``PROJECT/NAME:ALIAS`` or ``PROJECT/NAME@sha256:PREFIX`` (any unambiguous prefix of six or more
 hex digits). `resolve_dataset` turns one into the version it names; runs call it to pin the
 version they are admitted with. A version's content lives in the blob store under its hash
-(`blob_key`), so the same bytes are stored once however many names point at them.
+(`core.blobkeys.dataset_key`), so the same bytes are stored once however many names point at them.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from akka_training.core.blobkeys import dataset_key
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound
 from akka_training.core.refs import BadReference, Ref, parse_ref, valid_name
+from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
-from akka_training.server.context import AppContext
 from akka_training.server.dataset_intake import Intake, receive_dataset
 from akka_training.server.services.projects import get_project_row
 from akka_training.storage.models import DatasetAlias, DatasetVersion
@@ -91,10 +92,6 @@ def parse_dataset_ref(text: str) -> Ref:
 def version_ref(version: DatasetVersion) -> str:
     """The pinned reference of a version: ``PROJECT/NAME:vN``."""
     return f"{version.project}/{version.name}:v{version.version}"
-
-
-def blob_key(sha256: str) -> str:
-    return f"datasets/sha256/{sha256}.jsonl"
 
 
 async def register_dataset(
@@ -263,7 +260,7 @@ def _commit(
 ) -> dict[str, Any]:
     """Keep the staged content under its hash and record the version (or find the existing
     one). The row is written only once the blob is in place, so a row always has its blob."""
-    key = blob_key(intake.sha256)
+    key = dataset_key(intake.sha256)
     moved = False
     if not ctx.blobs.exists(key):
         ctx.blobs.move(intake.staged_key, key)

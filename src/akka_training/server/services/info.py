@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from akka_training import __version__
-from akka_training.server.context import AppContext
+from akka_training.deployment.context import AppContext
 
 
 def info(ctx: AppContext) -> dict[str, Any]:

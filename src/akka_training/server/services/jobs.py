@@ -5,15 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from akka_training.controller.transitions import event, move
+from akka_training.api.jobs import REPORTS
 from akka_training.core.errors import Conflict, Forbidden, InvalidRequest
 from akka_training.core.failures import FailureReason
 from akka_training.core.parsing import parse_model
-from akka_training.core.phases import TERMINAL, Phase, can
+from akka_training.core.phases import TERMINAL, Phase, RuleName, can
 from akka_training.core.reports import (
     Action,
     FailedReport,
@@ -26,20 +25,10 @@ from akka_training.core.reports import (
     StoppedReport,
     TrainingReport,
 )
+from akka_training.core.states import AttemptOutcome, Request
 from akka_training.server.auth import Principal
 from akka_training.storage.models import Attempt, RolloutStep, Run, Snapshot, Step
-
-REPORTS: dict[str, type[BaseModel]] = {
-    "started": StartedReport,
-    "training": TrainingReport,
-    "steps": StepReport,
-    "snapshots": SnapshotReport,
-    "rollouts": RolloutsReport,
-    "heartbeat": HeartbeatReport,
-    "finished": FinishedReport,
-    "stopped": StoppedReport,
-    "failed": FailedReport,
-}
+from akka_training.storage.transitions import event, move
 
 
 def handle(
@@ -69,9 +58,9 @@ def handle(
 
 
 def directive(run: Run) -> Action:
-    if Phase(run.phase) in TERMINAL or run.requested in ("cancel", "pause-latest"):
+    if Phase(run.phase) in TERMINAL or run.requested in (Request.CANCEL, Request.PAUSE_LATEST):
         return "stop"
-    if run.requested == "pause-save":
+    if run.requested == Request.PAUSE_SAVE:
         return "save-and-stop"
     return "continue"
 
@@ -98,8 +87,8 @@ def _training(
     if r.adapter_modules:
         run.adapter_modules = r.adapter_modules
     run.last_step_at = now
-    if can(run.phase, "start-training") and run.phase == Phase.PREPARING:
-        move(session, run, "start-training", now=now)
+    if can(run.phase, RuleName.START_TRAINING) and run.phase == Phase.PREPARING:
+        move(session, run, RuleName.START_TRAINING, now=now)
 
 
 def _step(session: Session, run: Run, attempt: Attempt, r: StepReport, now: datetime) -> None:
@@ -118,7 +107,7 @@ def _step(session: Session, run: Run, attempt: Attempt, r: StepReport, now: date
     run.summary = _summary(run.summary or {}, r.metrics, run.method)
     run.memory = _memory(run.memory, r.step, r.metrics)
     if run.phase == Phase.PREPARING:
-        move(session, run, "start-training", now=now)
+        move(session, run, RuleName.START_TRAINING, now=now)
 
 
 def _snapshot(
@@ -173,32 +162,32 @@ def _heartbeat(
 def _finished(
     session: Session, run: Run, attempt: Attempt, r: FinishedReport, now: datetime
 ) -> None:
-    attempt.outcome = "finished"
+    attempt.outcome = AttemptOutcome.FINISHED
     run.adapter = r.adapter
     run.observed_step = max(run.observed_step, r.step)
     if r.adapter_modules:
         run.adapter_modules = r.adapter_modules
     if r.summary:
         run.summary = {**(run.summary or {}), **r.summary}
-    if can(run.phase, "complete"):
-        move(session, run, "complete", now=now)
+    if can(run.phase, RuleName.COMPLETE):
+        move(session, run, RuleName.COMPLETE, now=now)
 
 
 def _stopped(session: Session, run: Run, attempt: Attempt, r: StoppedReport, now: datetime) -> None:
     # The run becomes PAUSED or CANCELLED once the job has exited and its devices are free: the
     # controller moves it then (a resume must find the devices released).
-    attempt.outcome = "stopped"
+    attempt.outcome = AttemptOutcome.STOPPED
     event(session, run.id, "job", f"attempt {attempt.number} stopped at step {r.step}")
 
 
 def _failed(session: Session, run: Run, attempt: Attempt, r: FailedReport, now: datetime) -> None:
-    attempt.outcome = "failed"
+    attempt.outcome = AttemptOutcome.FAILED
     try:
         reason = FailureReason(r.code)
     except ValueError:
         reason = FailureReason.TRAINING_ERROR
-    if can(run.phase, "fail"):
-        move(session, run, "fail", reason=reason, detail=r.detail, now=now)
+    if can(run.phase, RuleName.FAIL):
+        move(session, run, RuleName.FAIL, reason=reason, detail=r.detail, now=now)
 
 
 def _summary(summary: dict[str, Any], metrics: dict[str, float], method: str) -> dict[str, Any]:

@@ -4,7 +4,10 @@ adapter). The controller starts each stage when the one before it completes."""
 
 from __future__ import annotations
 
+import json
 import logging
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,16 +15,14 @@ from sqlalchemy import desc, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from akka_training.controller.transitions import event
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, PlanRefused, Problem
 from akka_training.core.parsing import parse_plan
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.plans import RL_METHODS, PipelinePlan
 from akka_training.core.refs import stage_of, valid_name
 from akka_training.core.validation import Checked, validate
+from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
-from akka_training.server.context import AppContext
-from akka_training.server.ids import new_id
 from akka_training.server.services import runs as run_service
 from akka_training.server.services.lookups import pipeline_for
 from akka_training.server.services.plans import (
@@ -32,7 +33,9 @@ from akka_training.server.services.plans import (
 )
 from akka_training.server.services.run_views import run_json
 from akka_training.server.services.stage_outputs import stage_output_dataset
+from akka_training.storage.ids import new_id
 from akka_training.storage.models import Pipeline, Run
+from akka_training.storage.transitions import event
 
 log = logging.getLogger(__name__)
 
@@ -168,10 +171,10 @@ def _start_stage(
     run_plan = stage.as_run_plan(plan.project)
     producer = stage_of(run_plan.config.dataset)
     if producer is not None:
+        source = session.get(Run, done[producer])
+        assert source is not None  # a completed stage's run stays
         try:
-            ref = stage_output_dataset(
-                session, ctx, pipeline.id, producer, session.get(Run, done[producer])
-            )  # type: ignore[arg-type]
+            ref = stage_output_dataset(session, ctx, pipeline.id, producer, source)
         except AkkaError as exc:
             _end(session, pipeline, "FAILED", f"stage {stage.name} could not start: {exc.message}")
             return None
@@ -260,6 +263,37 @@ def resume(session: Session, ctx: AppContext, principal: Principal, ref: str) ->
     else:
         _end(session, pipeline, "COMPLETED", None)
     return pipeline_json(session, ctx, pipeline)
+
+
+def wait_lines(
+    ctx: AppContext, principal: Principal, ref: str, timeout: float | None
+) -> Iterator[bytes]:
+    """`pipelines wait` as line-delimited JSON: the pipeline each time a stage changes, ending
+    with its final state. Each look is its own short session."""
+    with ctx.db.session() as session:
+        pipeline_id = pipeline_for(session, principal, ref).id
+    return _wait_lines(ctx, pipeline_id, timeout)
+
+
+def _wait_lines(ctx: AppContext, pipeline_id: str, timeout: float | None) -> Iterator[bytes]:
+    last = None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with ctx.db.session() as session:
+            row = session.get(Pipeline, pipeline_id)
+            assert row is not None
+            body = pipeline_json(session, ctx, row)
+        stages = [(s["name"], s["run"], s["phase"]) for s in body["stages"]]
+        ended = body["state"] != "RUNNING"
+        timed_out = deadline is not None and time.monotonic() > deadline
+        if ended or timed_out:
+            item = {"type": "pipeline", "timedOut": timed_out and not ended, "pipeline": body}
+            yield (json.dumps(item) + "\n").encode()
+            return
+        if stages != last:
+            last = stages
+            yield (json.dumps({"type": "progress", "pipeline": body}) + "\n").encode()
+        time.sleep(0.5)
 
 
 def pipeline_json(session: Session, ctx: AppContext, pipeline: Pipeline) -> dict[str, Any]:

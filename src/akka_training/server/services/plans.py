@@ -21,8 +21,8 @@ from akka_training.core.plans import RL_METHODS, RuleTerm, RunPlan
 from akka_training.core.refs import stage_of
 from akka_training.core.resolved import BaseModelPin, BundlePin, DatasetPin, Settings, SourcePin
 from akka_training.core.validation import Checked, DatasetInfo, PoolInfo, SourceInfo, validate
+from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
-from akka_training.server.context import AppContext
 from akka_training.server.services.bundles import resolve_bundle
 from akka_training.server.services.datasets import resolve_dataset
 from akka_training.server.services.lookups import find_run

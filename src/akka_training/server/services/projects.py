@@ -7,10 +7,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from akka_training.config.settings import ProjectQuota
 from akka_training.core.errors import Conflict, InvalidRequest, NotFound
 from akka_training.core.refs import valid_name
+from akka_training.core.states import ClaimState
 from akka_training.server.auth import Principal
-from akka_training.server.settings import ProjectQuota
 from akka_training.storage.models import Claim, Project, Token
 
 
@@ -88,11 +89,11 @@ def held_devices(session: Session, project: str) -> tuple[int, int]:
     """(devices held, claims queued) by a project."""
     held = session.scalar(
         select(func.coalesce(func.sum(Claim.devices), 0)).where(
-            Claim.project == project, Claim.state == "GRANTED"
+            Claim.project == project, Claim.state == ClaimState.GRANTED
         )
     )
     queued = session.scalar(
-        select(func.count()).where(Claim.project == project, Claim.state == "QUEUED")
+        select(func.count()).where(Claim.project == project, Claim.state == ClaimState.QUEUED)
     )
     return int(held or 0), int(queued or 0)
 

@@ -9,9 +9,9 @@ from sqlalchemy.orm import Session
 
 from akka_training.core.errors import InvalidRequest, NotFound
 from akka_training.core.plans import RL_METHODS
+from akka_training.deployment.context import AppContext
 from akka_training.rewards.rollouts import read_step_file
 from akka_training.server.auth import Principal
-from akka_training.server.context import AppContext
 from akka_training.server.services.lookups import run_for
 from akka_training.storage.models import RolloutStep
 
@@ -40,7 +40,16 @@ def rollouts(
             note = f"Run {run.id} is a {run.method} run: only grpo and gspo runs keep rollouts."
         else:
             note = f"Run {run.id} has no rollouts: it has kept none yet, or it trained on a version that did not keep them."
-        return {**base, "step": None, "count": 0, "rollouts": [], "note": note}
+        return {
+            **base,
+            "step": None,
+            "count": 0,
+            "order": None,
+            "best": None,
+            "worst": None,
+            "rollouts": [],
+            "note": note,
+        }
     if step is None:
         row = session.scalar(
             select(RolloutStep)

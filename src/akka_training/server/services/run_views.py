@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 
 from akka_training.core.failures import FailureReason, failure_text
 from akka_training.core.phases import TERMINAL, Phase
-from akka_training.server.context import AppContext
+from akka_training.core.states import ClaimState
+from akka_training.deployment.context import AppContext
 from akka_training.server.services.projects import held_devices
 from akka_training.storage.models import Claim, Project, Run
 
@@ -102,7 +103,9 @@ def _cost(session: Session, run: Run, now: datetime) -> dict[str, Any]:
             phase_seconds.get(run.phase, 0.0) + (now - run.phase_since).total_seconds(), 3
         )
     gpu_seconds = run.gpu_seconds or 0.0
-    held = session.scalar(select(Claim).where(Claim.run_id == run.id, Claim.state == "GRANTED"))
+    held = session.scalar(
+        select(Claim).where(Claim.run_id == run.id, Claim.state == ClaimState.GRANTED)
+    )
     if held is not None and held.granted_at is not None:
         gpu_seconds += (now - held.granted_at).total_seconds() * held.devices
     end = run.ended_at or now
@@ -119,19 +122,19 @@ def _cost(session: Session, run: Run, now: datetime) -> dict[str, Any]:
 def _queue(session: Session, ctx: AppContext, run: Run) -> dict[str, Any] | None:
     claim = session.scalar(
         select(Claim)
-        .where(Claim.run_id == run.id, Claim.state == "QUEUED")
+        .where(Claim.run_id == run.id, Claim.state == ClaimState.QUEUED)
         .order_by(desc(Claim.id))
     )
     if claim is None:
         return None
     ahead = session.scalar(
         select(func.count()).where(
-            Claim.pool == claim.pool, Claim.state == "QUEUED", Claim.id < claim.id
+            Claim.pool == claim.pool, Claim.state == ClaimState.QUEUED, Claim.id < claim.id
         )
     )
     granted = session.scalar(
         select(func.coalesce(func.sum(Claim.devices), 0)).where(
-            Claim.pool == claim.pool, Claim.state == "GRANTED"
+            Claim.pool == claim.pool, Claim.state == ClaimState.GRANTED
         )
     )
     pool = ctx.pool(claim.pool)

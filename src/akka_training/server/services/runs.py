@@ -1,8 +1,13 @@
-"""Runs as users drive them: start (with dry run), read, cancel, pause, resume, branch, continue."""
+"""Runs as users drive them: start (with dry run), read, cancel, pause, resume, branch, continue,
+wait and read the job's logs. The two that reach the cluster or stream (`logs`, `wait_lines`)
+open their own short sessions, so that no cluster call and no wait happens inside one."""
 
 from __future__ import annotations
 
 import copy
+import json
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,19 +15,27 @@ from sqlalchemy import desc, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from akka_training.controller.transitions import event, move, open_claim, release_claim
+from akka_training.backends.base import ClusterUnreachable
 from akka_training.core.documents import deep_merge
-from akka_training.core.errors import Conflict, InvalidRequest, NotFound
+from akka_training.core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
 from akka_training.core.parsing import parse_model, parse_plan
-from akka_training.core.phases import TERMINAL, Phase
+from akka_training.core.phases import TERMINAL, Phase, RuleName
 from akka_training.core.plans import RL_METHODS, RunPlan
+from akka_training.core.states import AttemptState, Request
+from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
-from akka_training.server.context import AppContext
-from akka_training.server.ids import new_id
 from akka_training.server.services.lookups import run_for
 from akka_training.server.services.plans import Resolved, resolve_run
 from akka_training.server.services.run_views import run_json
-from akka_training.storage.models import Attempt, Claim, Event, Run, Snapshot, Step
+from akka_training.storage.ids import new_id
+from akka_training.storage.models import Attempt, Event, Run, Snapshot, Step
+from akka_training.storage.transitions import (
+    current_claim,
+    event,
+    move,
+    open_claim,
+    release_claim,
+)
 
 
 def start(
@@ -137,11 +150,11 @@ def cancel(session: Session, ctx: AppContext, principal: Principal, run_ref: str
     if Phase(run.phase) in TERMINAL:
         raise Conflict(f"Run {run.id} is already {run.phase}.")
     if run.phase in (Phase.QUEUED, Phase.PAUSED) or _no_job(session, run):
-        move(session, run, "cancel")
-        release_claim(session, run, _claim(session, run))
+        move(session, run, RuleName.CANCEL)
+        release_claim(session, run, current_claim(session, run.id))
     else:
         # The controller stops the job and ends the run once the job is gone.
-        run.requested = "cancel"
+        run.requested = Request.CANCEL
         event(session, run.id, "request", "cancel requested")
     return run_json(session, ctx, run)
 
@@ -158,11 +171,11 @@ def pause(
     if phase in TERMINAL:
         raise Conflict(f"Run {run.id} is {run.phase}; only an open run can pause.")
     if phase == Phase.QUEUED:
-        move(session, run, "pause-while-queued")
-        release_claim(session, run, _claim(session, run))
+        move(session, run, RuleName.PAUSE_WHILE_QUEUED)
+        release_claim(session, run, current_claim(session, run.id))
         return run_json(session, ctx, run)
-    move(session, run, "request-pause")
-    run.requested = f"pause-{checkpoint}"
+    move(session, run, RuleName.REQUEST_PAUSE)
+    run.requested = Request.pause(checkpoint)
     return run_json(session, ctx, run)
 
 
@@ -170,7 +183,7 @@ def resume(session: Session, ctx: AppContext, principal: Principal, run_ref: str
     run = run_for(session, principal, run_ref)
     if run.phase != Phase.PAUSED:
         raise Conflict(f"Run {run.id} is {run.phase}; only a PAUSED run resumes.")
-    move(session, run, "resume")
+    move(session, run, RuleName.RESUME)
     open_claim(session, run)
     return run_json(session, ctx, run)
 
@@ -258,6 +271,79 @@ def events(session: Session, run_id: str, after: int) -> list[dict[str, Any]]:
     ]
 
 
+def logs(
+    ctx: AppContext, principal: Principal, run_ref: str, offset: int, attempt: int | None
+) -> dict[str, Any]:
+    """The job's output from `offset`: read from the cluster once the session is closed."""
+    with ctx.db.session() as session:
+        run = run_for(session, principal, run_ref)
+        number = attempt or run.attempt
+        row = session.get(Attempt, (run.id, number)) if number else None
+        handle = row.handle if row is not None else None
+        run_open = Phase(run.phase) not in TERMINAL
+        job_open = run_open and row is not None and row.state != AttemptState.EXITED
+        run_id = run.id
+    answer: dict[str, Any] = {"run": run_id, "attempt": number, "text": "", "offset": offset}
+    if not handle:
+        return {**answer, "open": run_open}
+    try:
+        text, next_offset = ctx.backend.logs(handle, offset)
+    except ClusterUnreachable as exc:
+        raise ServiceUnavailable(
+            f"The training cluster does not answer, so the logs cannot be read: {exc}"
+        ) from exc
+    return {**answer, "text": text, "offset": next_offset, "open": job_open}
+
+
+def wait_lines(
+    ctx: AppContext, principal: Principal, run_ref: str, timeout: float | None, until: str
+) -> Iterator[bytes]:
+    """`runs wait` as line-delimited JSON: events, progress, and at the end the full record.
+    Each look at the run is its own short session; none is held while waiting."""
+    with ctx.db.session() as session:
+        run_id = run_for(session, principal, run_ref).id
+    stop_phases = set(TERMINAL) | ({Phase.PAUSED} if until == "rest" else set())
+    return _wait_lines(ctx, run_id, stop_phases, timeout)
+
+
+def _wait_lines(
+    ctx: AppContext, run_id: str, stop_phases: set[Phase], timeout: float | None
+) -> Iterator[bytes]:
+    after = 0
+    step = -1
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with ctx.db.session() as session:
+            # The run first, then its events: an event is committed with the change it tells
+            # of, so the events read after the run include the one of the phase it is in.
+            current = session.get(Run, run_id)
+            assert current is not None
+            for e in events(session, run_id, after):
+                after = e["id"]
+                yield _line({"type": "event", **e})
+            if current.observed_step != step:
+                step = current.observed_step
+                yield _line(
+                    {
+                        "type": "progress",
+                        "phase": current.phase,
+                        "step": step,
+                        "totalSteps": current.total_steps,
+                    }
+                )
+            done = Phase(current.phase) in stop_phases
+            timed_out = deadline is not None and time.monotonic() > deadline
+            if done or timed_out:
+                record = run_json(session, ctx, current)
+                yield _line({"type": "run", "timedOut": timed_out and not done, "run": record})
+                return
+        time.sleep(0.5)
+
+
+def _line(item: dict[str, Any]) -> bytes:
+    return (json.dumps(item) + "\n").encode()
+
+
 def tree(session: Session, principal: Principal, run_ref: str) -> dict[str, Any]:
     run = run_for(session, principal, run_ref)
     root = run
@@ -301,14 +387,6 @@ def _by_submission(session: Session, project: str, submission_id: str) -> Run | 
     )
 
 
-def _claim(session: Session, run: Run) -> Claim | None:
-    return session.scalar(
-        select(Claim)
-        .where(Claim.run_id == run.id, Claim.state.in_(("QUEUED", "GRANTED")))
-        .order_by(desc(Claim.id))
-    )
-
-
 def _no_job(session: Session, run: Run) -> bool:
     attempt = session.get(Attempt, (run.id, run.attempt)) if run.attempt else None
-    return attempt is None or attempt.state == "pending"
+    return attempt is None or attempt.state == AttemptState.PENDING

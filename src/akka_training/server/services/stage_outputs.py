@@ -13,9 +13,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from akka_training.core.errors import InvalidRequest
+from akka_training.deployment.context import AppContext
 from akka_training.rewards.rollouts import read_step_file
 from akka_training.server.auth import Principal
-from akka_training.server.context import AppContext
 from akka_training.server.services.datasets import register_dataset
 from akka_training.storage.models import RolloutStep, Run
 

@@ -1,4 +1,5 @@
-"""Tokens: create, list, revoke, exchange a login for an access token, and job tokens."""
+"""Tokens as users see them: create, list, revoke, and exchange a login for an access token
+(minting lives in `storage.tokens`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from akka_training.core.errors import InvalidRequest, NotFound, Unauthorized
 from akka_training.server.auth import Principal
-from akka_training.server.ids import hash_secret, new_id, new_secret
+from akka_training.storage.ids import hash_secret, new_id, new_secret
 from akka_training.storage.models import Project, Token
 
 ACCESS_LIFETIME = timedelta(hours=12)
@@ -46,12 +47,6 @@ def create_token(
     session.add(token)
     session.flush()
     return {**token_json(token), "token": secret}
-
-
-def create_admin_token(session: Session, name: str) -> str:
-    secret = new_secret()
-    session.add(Token(id=new_id("t"), name=name, kind="admin", hash=hash_secret(secret)))
-    return secret
 
 
 def list_tokens(session: Session, principal: Principal) -> list[dict[str, Any]]:
@@ -114,22 +109,6 @@ def exchange(session: Session, login: str) -> dict[str, Any]:
         "expiresAt": expires.isoformat(),
         "login": token_json(token),
     }
-
-
-def create_job_token(session: Session, run_id: str, attempt: int, project: str) -> str:
-    secret = new_secret()
-    session.add(
-        Token(
-            id=new_id("j"),
-            name=f"job {run_id}/{attempt}",
-            kind="job",
-            hash=hash_secret(secret),
-            projects=[project],
-            run_id=run_id,
-            attempt=attempt,
-        )
-    )
-    return secret
 
 
 def whoami(principal: Principal) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection
 
 from akka_training.storage.models import Base
 
@@ -21,7 +22,7 @@ def run() -> None:
     _migrate(connection)
 
 
-def _migrate(connection: object) -> None:
+def _migrate(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

@@ -1,24 +1,44 @@
 """What the service holds while it runs: settings, database, blob store, catalog, pools,
-backend. Built once at start-up; routers reach it through `get_context`."""
+backend, and the controller and telemetry once they run. Built once at start-up; the request
+path (`server`) and the controller both receive it, and neither imports the other: the two
+members they fill in are typed by the protocols below."""
 
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from fastapi import Request
-
-from akka_training.backends.base import Backend
+from akka_training.backends.base import Backend, ObservedPool
 from akka_training.blobstore import BlobStore, open_blob_store
+from akka_training.config.devices import HostDevices, detect_devices
+from akka_training.config.pools import PoolSpec, default_pool, pools_from_settings
+from akka_training.config.settings import Settings
 from akka_training.core.catalog import CatalogModel
 from akka_training.core.errors import NotFound
-from akka_training.server.devcatalog import load_dev_catalog
-from akka_training.server.devices import HostDevices, detect_devices
-from akka_training.server.pools import PoolSpec, default_pool, pools_from_settings
-from akka_training.server.settings import Settings
+from akka_training.deployment.devcatalog import load_dev_catalog
 from akka_training.storage.db import Database
+
+
+class ControllerHandle(Protocol):
+    """What the request path may ask of the running controller (`controller.loop.Controller`)."""
+
+    def wake(self) -> None:
+        """Run the next reconcile pass now (a request changed something)."""
+
+    def observed(self) -> dict[str, ObservedPool] | None:
+        """The devices the cluster offered at the controller's last look, as the controller
+        published it (a read, safe from any thread); None while the cluster does not answer."""
+
+
+class TelemetryHandle(Protocol):
+    """The service's telemetry (`server.observability.Observability`), as the controller and
+    the services use it."""
+
+    def span(self, name: str, run: Any, **attrs: Any) -> AbstractContextManager[str | None]:
+        """A span of `run`'s trace; entering it gives its traceparent (to hand to a job)."""
 
 
 @dataclass
@@ -34,8 +54,8 @@ class AppContext:
     startup_seconds: float = 0.0
     startup_note: str = ""
     # Filled by the app: the controller and the telemetry, when running.
-    controller: Any = None
-    telemetry: Any = None
+    controller: ControllerHandle | None = None
+    telemetry: TelemetryHandle | None = None
 
     @property
     def engine(self) -> str:
@@ -110,7 +130,3 @@ def make_backend(
         grace_seconds=settings.trainer.local.stop_grace_seconds,
         python=settings.trainer.local.python,
     )
-
-
-def get_context(request: Request) -> AppContext:
-    return request.app.state.ctx  # type: ignore[no-any-return]

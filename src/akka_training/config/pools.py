@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from akka_training.server.devices import HostDevices
-from akka_training.server.settings import Settings
+from akka_training.config.devices import HostDevices
+from akka_training.config.settings import Settings
 
 
 @dataclass(frozen=True)

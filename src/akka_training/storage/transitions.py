@@ -1,4 +1,6 @@
-"""The one place a run's phase changes, and the bookkeeping that goes with it."""
+"""The one place a run's phase changes, and the bookkeeping that goes with it: events, and the
+claim a run opens and releases. Both the request path (`server.services`) and the controller
+move runs, so this lives below them both."""
 
 from __future__ import annotations
 
@@ -6,10 +8,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
 from akka_training.core.failures import FailureReason, failure_text
-from akka_training.core.phases import TERMINAL, Phase, transition
+from akka_training.core.phases import TERMINAL, Phase, RuleName, transition
+from akka_training.core.states import OPEN_CLAIM_STATES, ClaimState
 from akka_training.storage.models import Claim, Event, Run
 
 # Called with (project, reason) whenever a run fails; the service's telemetry counts them.
@@ -19,7 +23,7 @@ FAILURE_LISTENERS: list[Callable[[str, FailureReason], None]] = []
 def move(
     session: Session,
     run: Run,
-    rule: str,
+    rule: RuleName,
     *,
     reason: FailureReason | None = None,
     detail: str | None = None,
@@ -75,14 +79,14 @@ def release_claim(
     session: Session, run: Run, claim: Claim | None, now: datetime | None = None
 ) -> None:
     """Give the run's devices back and count the GPU seconds they were held."""
-    if claim is None or claim.state == "RELEASED":
+    if claim is None or claim.state == ClaimState.RELEASED:
         return
     now = now or datetime.now(UTC)
-    if claim.state == "GRANTED" and claim.granted_at is not None:
+    if claim.state == ClaimState.GRANTED and claim.granted_at is not None:
         run.gpu_seconds = (run.gpu_seconds or 0.0) + (
             now - claim.granted_at
         ).total_seconds() * claim.devices
-    claim.state = "RELEASED"
+    claim.state = ClaimState.RELEASED
     claim.released_at = now
     event(
         session,
@@ -96,7 +100,16 @@ def release_claim(
 
 def open_claim(session: Session, run: Run) -> Claim:
     claim = Claim(
-        run_id=run.id, project=run.project, pool=run.pool, devices=run.gpus, state="QUEUED"
+        run_id=run.id, project=run.project, pool=run.pool, devices=run.gpus, state=ClaimState.QUEUED
     )
     session.add(claim)
     return claim
+
+
+def current_claim(session: Session, run_id: str) -> Claim | None:
+    """The run's open claim (queued or granted), if it has one."""
+    return session.scalar(
+        select(Claim)
+        .where(Claim.run_id == run_id, Claim.state.in_(OPEN_CLAIM_STATES))
+        .order_by(desc(Claim.id))
+    )

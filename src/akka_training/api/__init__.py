@@ -1,0 +1,19 @@
+"""The trainer API's bodies, defined once and shared by the service's routers and the client.
+
+One module per noun, named as the noun is named in every other layer (`server/routers/runs.py`,
+`server/services/runs.py`, `client/runs.py`, `cli/training/runs.py` beside `api/runs.py`):
+
+- `base`: what every body shares (camelCase JSON keys, snake_case Python names, timestamps).
+- `errors`: the one error shape, ``{"error": {"code", "message", "problems"}}``.
+- `system`: health, info, logins and tokens.
+- `projects`, `catalog` (base models, envelopes), `capacity`, `datasets`, `bundles`.
+- `runs`: run records, their snapshots, metrics, lineage, logs and the lines of `runs wait`.
+- `rollouts`: one step's rollouts.
+- `pipelines`: pipelines, their dry runs and the lines of `pipelines wait`.
+- `grafana`: dashboard links and the key set Grafana verifies them with.
+- `jobs`: what a training job reports (the models of `core.reports`) and the answer it gets.
+
+Responses keep fields this version does not know (an older client reading a newer service
+still works, and dumps them back out); requests refuse unknown fields by name. The package
+imports pydantic and `akka_training.core` only, so the client can use it without the service.
+"""

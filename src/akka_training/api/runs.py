@@ -1,0 +1,300 @@
+"""Runs: the record `runs get` shows, the brief one `runs list` shows, their snapshots,
+metrics, lineage and job output, the lines `runs wait` streams, and what a user sends to steer
+a run. The plan a run starts from is `core.plans.RunPlan`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from akka_training.api.base import (
+    RequestBody,
+    ResponseBody,
+    Timestamp,
+    flag_key,
+    optional_key,
+)
+from akka_training.core.plans import RunPlan
+
+__all__ = [
+    "Cost",
+    "DataFit",
+    "DeriveRequest",
+    "DryRun",
+    "Failure",
+    "JobLogs",
+    "MemorySplit",
+    "Metrics",
+    "PauseRequest",
+    "Progress",
+    "Queue",
+    "Results",
+    "RunEndLine",
+    "RunEventLine",
+    "RunPlan",
+    "RunProgressLine",
+    "RunRecord",
+    "RunSource",
+    "RunSummary",
+    "RunTree",
+    "RunWaitLine",
+    "Snapshot",
+    "Stalled",
+    "StepFigures",
+    "TreeNode",
+    "TreeOrigin",
+]
+
+
+# --- the record ------------------------------------------------------------------------------
+
+
+class Progress(ResponseBody):
+    observed_step: int = Field(description="The last step the job reported.")
+    total_steps: int | None = Field(description="Known once the job has tokenised its data.")
+    saved_step: int | None = Field(description="The step of the last committed snapshot.")
+
+
+class RunSource(ResponseBody):
+    """The run this one starts from."""
+
+    run: str
+    snapshot: str | None
+    kind: str | None = Field(description="warm-start, branch or continue.")
+
+
+class Failure(ResponseBody):
+    code: str = Field(description="A value of core.failures.FailureReason.")
+    reason: str = Field(description="The sentence for a person, then any detail.")
+    first_line: str
+
+
+class RunSummary(ResponseBody):
+    """A run as `runs list` shows it."""
+
+    id: str
+    project: str
+    model_name: str | None
+    description: str | None
+    method: str = Field(description="sft, grpo or gspo.")
+    engine: str = Field(description="trl or verl.")
+    base_model: str
+    dataset: str = Field(description="The pinned dataset, PROJECT/NAME:vN.")
+    phase: str = Field(
+        description="QUEUED, PREPARING, TRAINING, PAUSING, PAUSED, COMPLETED, FAILED or CANCELLED."
+    )
+    phase_since: Timestamp
+    progress: Progress
+    attempt: int = Field(description="The current attempt's number; 0 before the first.")
+    requested: str | None = Field(description="cancel, pause-save or pause-latest, until done.")
+    pool: str
+    gpus: int
+    created_at: Timestamp
+    started_at: Timestamp | None
+    ended_at: Timestamp | None
+    pipeline: str | None
+    stage: str | None
+    source: RunSource | None
+    failure: Failure | None
+
+
+class Results(ResponseBody):
+    model: str | None = Field(description="The final adapter's key in the blob store.")
+    training_loss: float | None
+    reward: float | None
+    adapter_modules: list[str] | None
+
+
+class DataFit(ResponseBody):
+    """How the dataset fit `maxSeqLength`, as the job counted it."""
+
+    rows: int | None = optional_key()
+    rows_truncated: int | None = optional_key("Rows longer than the limit (dropped ones too).")
+    answers_truncated: int | None = optional_key("Kept rows that lost part of their answer.")
+    rows_dropped: int | None = optional_key()
+    max_seq_length: int | None = optional_key()
+    prompts_truncated: int | None = optional_key("Reinforcement runs: prompts over the limit.")
+    padding_share: float | None = optional_key("The share of padding in a batch, 0 to 1.")
+
+
+class MemorySplit(ResponseBody):
+    """The memory of the step that reserved the most, in bytes, by part. The keys are the
+    job's own figure names (``memory/<part>``), so they stay snake_case in JSON."""
+
+    model_config = ConfigDict(alias_generator=None)
+
+    step: int | None = optional_key()
+    reserved: float | None = optional_key()
+    peak: float | None = optional_key()
+    weights: float | None = optional_key()
+    adapter: float | None = optional_key()
+    gradients: float | None = optional_key()
+    optimizer: float | None = optional_key()
+    activations: float | None = optional_key()
+    generation: float | None = optional_key()
+    allocator: float | None = optional_key()
+    driver: float | None = optional_key()
+    host_peak: float | None = optional_key("On a host without a device split: its peak RSS.")
+
+
+class Cost(ResponseBody):
+    gpu_seconds: float
+    duration_seconds: float
+    phase_seconds: dict[str, float] = Field(description="Seconds spent in each phase.")
+    tokens_per_second: float | None
+    mfu: float | None = Field(description="Model FLOPs utilisation, 0 to 1.")
+
+
+class Queue(ResponseBody):
+    position: int
+    pool: str
+    devices: int
+    free: int
+    quota: int | None
+    held: int
+    waiting_for: list[str]
+
+
+class Stalled(ResponseBody):
+    since: Timestamp
+    dump: str | None = Field(description="Where the job recorded its threads and memory.")
+
+
+class RunRecord(RunSummary):
+    """A run as `runs get` shows it."""
+
+    results: Results
+    data_fit: DataFit | None
+    memory: MemorySplit | None
+    cost: Cost
+    queue: Queue | None = Field(description="Why a QUEUED run waits.")
+    stalled: Stalled | None
+    settings: dict[str, Any] = Field(
+        description=(
+            "The resolved settings the run trains under (core.resolved.Settings as JSON). Kept "
+            "a mapping rather than that model: plan models refuse unknown fields, so a client "
+            "would fail on the settings of a newer service, and settings resolved by an older "
+            "one lack defaults added since, so they would not dump back to what was stored."
+        )
+    )
+    existing: bool = flag_key("True: a run with the plan's submissionId existed; this is it.")
+
+
+class DryRun(ResponseBody):
+    """What a dry run answers: the settings the plan would train under; nothing was started."""
+
+    dry_run: Literal[True]
+    settings: dict[str, Any] = Field(description="As RunRecord.settings.")
+
+
+# --- what a run made --------------------------------------------------------------------------
+
+
+class Snapshot(ResponseBody):
+    run: str
+    name: str
+    step: int
+    attempt: int | None
+    weights: str
+    training_state: str | None
+    created_at: Timestamp
+    swept: bool = Field(description="Removed by the keepAdapters sweep.")
+
+
+class StepFigures(ResponseBody):
+    """One step's figures: `step`, `attempt` and `at`, then each figure under its own name
+    (``loss``, ``reward/mean``, ``memory/reserved``, ...), kept as extra fields."""
+
+    step: int
+    attempt: int
+    at: Timestamp
+
+    @property
+    def figures(self) -> dict[str, float]:
+        return dict(self.model_extra or {})
+
+
+class Metrics(ResponseBody):
+    run: str
+    method: str
+    steps: list[StepFigures]
+
+
+class TreeOrigin(ResponseBody):
+    kind: str | None
+    snapshot: str | None
+
+
+class TreeNode(ResponseBody):
+    run: str
+    method: str
+    phase: str
+    origin: TreeOrigin | None = Field(
+        alias="from", description="How the run started from its parent."
+    )
+    model_name: str | None
+    children: list[TreeNode]
+
+
+class RunTree(ResponseBody):
+    root: str
+    focus: str
+    tree: TreeNode
+
+
+class JobLogs(ResponseBody):
+    run: str
+    attempt: int | None
+    text: str
+    offset: int = Field(description="Where to read on from.")
+    open: bool = Field(description="Whether the job may still write more.")
+
+
+# --- runs wait: one JSON object a line -------------------------------------------------------
+
+
+class RunEventLine(ResponseBody):
+    type: Literal["event"]
+    id: int
+    at: Timestamp
+    kind: str = Field(description="submitted, phase, request, stall, pipeline, ...")
+    message: str
+    data: dict[str, Any] | None
+
+
+class RunProgressLine(ResponseBody):
+    type: Literal["progress"]
+    phase: str
+    step: int
+    total_steps: int | None
+
+
+class RunEndLine(ResponseBody):
+    """The last line: the full record once the run ended (or paused, with until=rest), or at
+    the timeout."""
+
+    type: Literal["run"]
+    timed_out: bool
+    run: RunRecord
+
+
+RunWaitLine = Annotated[RunEventLine | RunProgressLine | RunEndLine, Field(discriminator="type")]
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+
+class PauseRequest(RequestBody):
+    checkpoint: str = Field(
+        "save", description="save: snapshot at the next step; latest: stop at the last snapshot."
+    )
+
+
+class DeriveRequest(RequestBody):
+    """A branch (from a snapshot's weights) or a continuation (from its training state)."""
+
+    snapshot: str
+    steps: int | None = None
+    overrides: dict[str, Any] | None = Field(None, description="Plan fields to change.")
+    dry_run: bool = False

@@ -1,0 +1,68 @@
+"""Pipelines: ordered train stages, each a run linked to the pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, overload
+
+from akka_training.api.pipelines import (
+    Pipeline,
+    PipelineDryRun,
+    PipelineEndLine,
+    PipelinePlan,
+    PipelineProgressLine,
+    PipelineWaitLine,
+)
+from akka_training.client.base import BaseClient, adapter, plan_document
+
+_PIPELINE_LINES = ("progress", "pipeline")
+
+
+class PipelinesApi(BaseClient):
+    @overload
+    def start_pipeline(
+        self, plan: PipelinePlan | Mapping[str, Any], dry_run: Literal[False] = False
+    ) -> Pipeline: ...
+
+    @overload
+    def start_pipeline(
+        self, plan: PipelinePlan | Mapping[str, Any], dry_run: Literal[True]
+    ) -> PipelineDryRun: ...
+
+    @overload
+    def start_pipeline(
+        self, plan: PipelinePlan | Mapping[str, Any], dry_run: bool
+    ) -> Pipeline | PipelineDryRun: ...
+
+    def start_pipeline(
+        self, plan: PipelinePlan | Mapping[str, Any], dry_run: bool = False
+    ) -> Pipeline | PipelineDryRun:
+        """Submit a pipeline plan; with `dry_run` every stage is checked and nothing starts."""
+        params = {"dry_run": True if dry_run else None}
+        body = plan_document(plan)
+        if dry_run:
+            return self.call(PipelineDryRun, "POST", "/v1/pipelines", json=body, params=params)
+        return self.call(Pipeline, "POST", "/v1/pipelines", json=body, params=params)
+
+    def pipelines(self, project: str | None = None) -> list[Pipeline]:
+        return self.call(list[Pipeline], "GET", "/v1/pipelines", params={"project": project})
+
+    def pipeline(self, ref: str) -> Pipeline:
+        return self.call(Pipeline, "GET", f"/v1/pipelines/{ref}")
+
+    def cancel_pipeline(self, ref: str) -> Pipeline:
+        return self.call(Pipeline, "POST", f"/v1/pipelines/{ref}/cancel")
+
+    def resume_pipeline(self, ref: str) -> Pipeline:
+        """Run a failed or cancelled pipeline again from the stage that did not complete."""
+        return self.call(Pipeline, "POST", f"/v1/pipelines/{ref}/resume")
+
+    def wait_pipeline(
+        self, ref: str, timeout: float | None = None
+    ) -> Iterator[PipelineProgressLine | PipelineEndLine]:
+        """The pipeline each time a stage changes; the last line is a `PipelineEndLine`."""
+        lines = adapter(PipelineWaitLine)
+        params = {"timeout": timeout}
+        for item in self.stream_lines(f"/v1/pipelines/{ref}/wait", params, timeout=None):
+            if item.get("type") in _PIPELINE_LINES:
+                yield lines.validate_python(item)

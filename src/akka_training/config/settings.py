@@ -1,0 +1,335 @@
+"""Deployment settings: one YAML file with `trainer.*` keys, plus environment overrides.
+
+Keys are kebab-case, as in the file (`trainer.datasets.max-bytes`), catalog entries included
+(their camelCase spelling, as in a run plan, is accepted too). The file is read and checked on
+its own first, so its errors name its keys as written.
+
+An environment variable ``AKKA_TRAINER__<KEY>__<KEY>`` then overrides one key
+(``AKKA_TRAINER__DATASETS__MAX_BYTES=1048576``; ``__`` separates keys, ``_`` stands for ``-``,
+case does not matter). pydantic-settings reads them: a scalar is taken as written and
+converted to the key's type (``1048576``, ``true``, ``verl``; ``null`` clears a key), while a
+key that holds a list or an object (``trainer.pools``, ``trainer.catalog``,
+``trainer.ray.runtime-env``) takes JSON, with the file's key spellings inside
+(``AKKA_TRAINER__POOLS='[{"name": "gpu", "devices": 8, "max-claim": 4}]'``). An object merges
+into the file's, key by key; a list replaces it.
+
+A bad setting stops start-up with a message naming the key (and, for one from the environment,
+the variable).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import AliasChoices, AliasGenerator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsError as EnvironmentParseError
+
+from akka_training.core.catalog import CatalogModel, Envelope
+from akka_training.core.errors import AkkaError
+
+ENV_PREFIX = "AKKA_"
+ENV_DELIMITER = "__"
+DEFAULT_PORT = 9001
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=_kebab, populate_by_name=True)
+
+
+class Listen(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535)
+
+
+class Database(_Section):
+    # None: SQLite at $AKKA_HOME/trainer.db
+    url: str | None = None
+
+
+class Storage(_Section):
+    # None: a local directory at $AKKA_HOME/blobs
+    url: str | None = None
+
+
+class Reinforcement(_Section):
+    engine: Literal["trl", "verl"] = "trl"
+    # Whether verl admits grpo/gspo over image-text models.
+    image_text: bool = False
+    # The interpreter of the verl environment (jobs launch verl with it).
+    verl_python: str | None = None
+
+
+class Datasets(_Section):
+    max_bytes: int = Field(256 * 1024 * 1024, ge=1)
+
+
+class Bundles(_Section):
+    max_bytes: int = Field(16 * 1024 * 1024, ge=1)
+
+
+class Telemetry(_Section):
+    collector_endpoint: str | None = None
+
+
+class Grafana(_Section):
+    url: str | None = None
+    dashboard: str = "akka-training"
+    # PEM file of the RSA key that signs link tokens; None: one generated under $AKKA_HOME.
+    signing_key: str | None = None
+    link_lifetime_seconds: int = Field(3600, ge=60)
+
+
+class Pool(_Section):
+    name: str
+    accelerator: str = "cpu"
+    devices: int = Field(1, ge=0)
+    max_claim: int | None = Field(None, ge=1)
+    host_ram_gib: float | None = Field(None, ge=0)
+    # Ray backend: the value of the `pool` node label whose nodes serve this pool.
+    label: str | None = None
+
+
+def _file_keys(name: str) -> AliasChoices:
+    return AliasChoices(_kebab(name), to_camel(name))
+
+
+# Catalog entries are the core's models read with the file's spelling: kebab-case, or camelCase
+# as in a run plan (and the field names, as every setting); they still serialise in camelCase.
+_CATALOG_ENTRY = ConfigDict(
+    alias_generator=AliasGenerator(validation_alias=_file_keys, serialization_alias=to_camel)
+)
+
+
+class EnvelopeEntry(Envelope):
+    model_config = _CATALOG_ENTRY
+
+
+class CatalogEntry(CatalogModel):
+    model_config = _CATALOG_ENTRY
+    envelopes: list[EnvelopeEntry] = Field(default_factory=list)  # type: ignore[assignment]
+
+
+class ProjectQuota(_Section):
+    name: str
+    quota: int | None = Field(None, ge=0)
+
+
+class RayBackend(_Section):
+    # The Ray head's dashboard (job and state APIs), e.g. http://raycluster-head-svc:8265.
+    address: str = "http://127.0.0.1:8265"
+    # Absolute path of the interpreter that runs jobs on the Ray workers; default: the
+    # service's own (right only where the workers share its image).
+    python: str | None = None
+    # Where a job on a Ray worker reaches the service and the blob store.
+    trainer_url: str | None = None
+    storage_url: str | None = None
+    submit_timeout_seconds: float = Field(30.0, gt=0)
+    # Every other request to the head (job state, logs, stop, nodes).
+    request_timeout_seconds: float = Field(10.0, gt=0)
+    # CPUs a job holds per device of its claim; on a CPU pool one device is this many CPUs.
+    cpus_per_device: float = Field(1.0, gt=0)
+    # Ray runtime_env merged into every job's (env_vars, image_uri, …); the job's own variables
+    # (its token among them) win over env_vars of the same name.
+    runtime_env: dict[str, Any] | None = None
+    # Directory on the workers for the jobs' working directories; default $TMPDIR/akka-jobs.
+    work_dir: str | None = None
+
+
+class LocalBackend(_Section):
+    # The interpreter that runs jobs; default: the service's own.
+    python: str | None = None
+    # Grace period between SIGTERM and SIGKILL when a job is stopped.
+    stop_grace_seconds: float = Field(20.0, ge=0)
+    # Apply the envelope's host memory to each job as its data-size limit.
+    enforce_host_memory: bool = False
+
+
+class Controller(_Section):
+    interval_seconds: float = Field(0.5, gt=0)
+    start_retries: int = Field(4, ge=0)
+    retry_base_seconds: float = Field(2.0, ge=0)
+    # A run whose completed-step count stops rising this long while its job lives is stalled.
+    stall_seconds: float = Field(600.0, gt=0)
+    # How long the cluster may stay unreachable while a run waits before it fails.
+    unreachable_seconds: float = Field(120.0, ge=0)
+
+
+class Testing(_Section):
+    # Run the scripted job (reports steps, trains nothing) instead of the engines. Tests only.
+    scripted_jobs: bool = False
+
+
+class Trainer(_Section):
+    home: str | None = None
+    url: str | None = None  # how jobs reach this service; default from listen
+    listen: Listen = Field(default_factory=Listen)
+    database: Database = Field(default_factory=Database)
+    storage: Storage = Field(default_factory=Storage)
+    backend: Literal["local", "ray"] = "local"
+    local: LocalBackend = Field(default_factory=LocalBackend)
+    ray: RayBackend = Field(default_factory=RayBackend)
+    reinforcement: Reinforcement = Field(default_factory=Reinforcement)
+    datasets: Datasets = Field(default_factory=Datasets)
+    bundles: Bundles = Field(default_factory=Bundles)
+    telemetry: Telemetry = Field(default_factory=Telemetry)
+    grafana: Grafana = Field(default_factory=Grafana)
+    pools: list[Pool] | None = None  # None: one pool sized from the devices this host has
+    default_pool: str | None = None
+    projects: list[ProjectQuota] = Field(default_factory=list)
+    catalog: list[CatalogEntry] | None = None  # None: the development catalog
+    dev_models_dir: str | None = None
+    controller: Controller = Field(default_factory=Controller)
+    testing: Testing = Field(default_factory=Testing)
+
+
+class SettingsError(AkkaError):
+    code = "bad-setting"
+
+
+class Settings(BaseSettings):
+    """The deployment's settings: the file's values (given as init values) under the
+    environment's. Build them with `load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_DELIMITER,
+        env_parse_none_str="null",
+        case_sensitive=False,
+        extra="forbid",
+    )
+
+    trainer: Trainer = Field(default_factory=Trainer)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment wins over the file; no .env files or secrets directories.
+        return (env_settings, init_settings)
+
+    @property
+    def home(self) -> Path:
+        raw = self.trainer.home or os.environ.get("AKKA_HOME") or "~/.akka/trainer"
+        return Path(raw).expanduser().resolve()
+
+    @property
+    def database_url(self) -> str:
+        return self.trainer.database.url or f"sqlite:///{self.home / 'trainer.db'}"
+
+    @property
+    def storage_url(self) -> str:
+        return self.trainer.storage.url or f"file://{self.home / 'blobs'}"
+
+    @property
+    def trainer_url(self) -> str:
+        if self.trainer.url:
+            return self.trainer.url.rstrip("/")
+        return f"http://{self.trainer.listen.host}:{self.trainer.listen.port}"
+
+    @property
+    def dev_models_dir(self) -> Path:
+        raw = self.trainer.dev_models_dir or os.environ.get("AKKA_DEV_MODELS_DIR")
+        return Path(raw).expanduser().resolve() if raw else self.home / "models"
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    """Read the settings file (if any), check it, and apply the environment's overrides."""
+    trainer: dict[str, Any] = {}
+    if path is not None:
+        from_file = _read_file(Path(path))
+        try:
+            checked = Trainer.model_validate(from_file)
+        except ValidationError as exc:
+            raise SettingsError(_describe(exc, f" in {path}")) from exc
+        # By field name: the spelling the environment's overrides arrive in, so that an
+        # override replaces the file's value instead of standing beside it.
+        trainer = checked.model_dump(exclude_unset=True)
+    try:
+        # A dict, not a Trainer: pydantic-settings merges the environment's values into it.
+        return Settings(trainer=trainer)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc, " in the environment", os.environ)) from exc
+    except EnvironmentParseError as exc:
+        raise SettingsError(_describe_unparsed(exc, os.environ)) from exc
+
+
+def _read_file(path: Path) -> Any:
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError as exc:
+        raise SettingsError(f"The settings file {path} does not exist.") from exc
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"The settings file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(loaded, dict) or set(loaded) - {"trainer"}:
+        raise SettingsError(f"The settings file {path} must hold one top-level key, `trainer`.")
+    return loaded.get("trainer") or {}
+
+
+def _describe(exc: ValidationError, where: str, environ: Mapping[str, str] | None = None) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        if environ is not None:
+            loc = loc[1:]  # the environment's errors start at the `trainer` field
+        key = ".".join(["trainer", *(p.replace("_", "-") for p in loc)])
+        if environ is not None:
+            variables = _variables(err["loc"], environ)
+            if variables:
+                key += f" ({', '.join(variables)})"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  - {key}: not a known setting; remove it or check its spelling")
+        else:
+            lines.append(f"  - {key}: {err['msg']}")
+    return f"Bad setting{where}:\n" + "\n".join(lines)
+
+
+def _describe_unparsed(exc: EnvironmentParseError, environ: Mapping[str, str]) -> str:
+    # pydantic-settings raises this from the JSON error of the value it could not decode.
+    cause = exc.__cause__
+    value = cause.doc if isinstance(cause, json.JSONDecodeError) else None
+    variables = sorted(
+        name
+        for name, raw in environ.items()
+        if name.upper().startswith(ENV_PREFIX + "TRAINER") and raw == value
+    )
+    named = ", ".join(variables) if variables else "an AKKA_TRAINER__ variable"
+    return (
+        f"Bad setting in the environment: {named} is not valid JSON ({cause}); a key that "
+        "holds a list or an object takes a JSON value."
+    )
+
+
+def _variables(loc: tuple[int | str, ...], environ: Mapping[str, str]) -> list[str]:
+    """The environment variables that set the value at `loc`: the one named by the longest
+    part of the path that has any (a JSON value for a list or an object sets all below it)."""
+    names = [str(p).upper().replace("-", "_") for p in loc]
+    for end in range(len(names), 0, -1):
+        if any(isinstance(p, int) for p in loc[:end]):
+            continue
+        stem = ENV_PREFIX + ENV_DELIMITER.join(names[:end])
+        # Below `trainer` itself only its own variable counts: every override starts with it.
+        below = stem + ENV_DELIMITER if end > 1 else None
+        found = sorted(
+            name
+            for name in environ
+            if name.upper() == stem or (below is not None and name.upper().startswith(below))
+        )
+        if found:
+            return found
+    return []

@@ -1,0 +1,69 @@
+"""Where everything lives in the blob store: the one owner of the key layout.
+
+    datasets/sha256/<hash>.jsonl                 a dataset version's rows
+    datasets/uploads/<random>.jsonl              an upload being received (moved when whole)
+    bundles/sha256/<hash>.zip                    a scoring bundle, packed canonically
+    runs/<run>/adapter/                          the run's final adapter (PEFT layout)
+    runs/<run>/snapshots/step-<N>/weights/       a snapshot's adapter
+    runs/<run>/snapshots/step-<N>/training-state/  optimizer, scheduler, RNG, data position
+    runs/<run>/rollouts/step-<N>.parquet         one step's scored rollouts
+    runs/<run>/attempts/<K>/<name>               what one attempt leaves (stall dumps, ...)
+
+The service, the engines and the scripted job all build keys here, so that a change of layout
+is one change, seen by every test that runs a job. Prefixes end with a slash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DATASET_UPLOADS = "datasets/uploads"
+
+
+def dataset_key(sha256: str) -> str:
+    return f"datasets/sha256/{sha256}.jsonl"
+
+
+def bundle_key(sha256: str) -> str:
+    return f"bundles/sha256/{sha256}.zip"
+
+
+def run_prefix(run_id: str) -> str:
+    return f"runs/{run_id}/"
+
+
+def adapter_prefix(run_id: str) -> str:
+    return f"runs/{run_id}/adapter/"
+
+
+def snapshot_name(step: int) -> str:
+    return f"step-{step}"
+
+
+@dataclass(frozen=True)
+class SnapshotKeys:
+    """Where one snapshot's parts live."""
+
+    name: str
+    prefix: str
+    weights: str
+    training_state: str
+
+
+def snapshot_keys(run_id: str, step: int) -> SnapshotKeys:
+    name = snapshot_name(step)
+    prefix = f"runs/{run_id}/snapshots/{name}/"
+    return SnapshotKeys(
+        name=name,
+        prefix=prefix,
+        weights=f"{prefix}weights/",
+        training_state=f"{prefix}training-state/",
+    )
+
+
+def rollouts_key(run_id: str, step: int) -> str:
+    return f"runs/{run_id}/rollouts/step-{step}.parquet"
+
+
+def attempt_key(run_id: str, attempt: int, name: str) -> str:
+    return f"runs/{run_id}/attempts/{attempt}/{name}"

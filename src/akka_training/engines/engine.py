@@ -1,0 +1,95 @@
+"""The `Engine` protocol every training engine implements, and the registry the job entry point
+picks one from.
+
+An engine trains one attempt of a run. The entry point (`akka_training.engines.job`) has already
+reported ``started``, opened the job's telemetry and started the stall watchdog when it calls
+``engine.run(job)``; after it returns, the entry point sends the attempt's one end report
+(``finished``, ``stopped`` or ``failed``). An engine never sends an end report itself.
+
+Register a new engine in `ENGINES` under each (method, engine) pair it trains, as the path of a
+class the entry point constructs without arguments; `tests/engines/test_engine.py` checks that
+each one satisfies the protocol.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Protocol, runtime_checkable
+
+from akka_training.engines.context import JobContext, Outcome
+from akka_training.engines.failures import JobError
+
+# (method, engine) -> "module:Class". Imported only when a job needs it: a verl job never
+# imports TRL, and a TRL job never imports the verl adapter.
+ENGINES: dict[tuple[str, str], str] = {
+    ("sft", "trl"): "akka_training.engines.trl.sft:SftEngine",
+    ("grpo", "trl"): "akka_training.engines.trl.grpo:GrpoEngine",
+    ("gspo", "trl"): "akka_training.engines.trl.grpo:GrpoEngine",
+    ("grpo", "verl"): "akka_training.engines.verl.engine:VerlEngine",
+    ("gspo", "verl"): "akka_training.engines.verl.engine:VerlEngine",
+}
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """One way of training an attempt: ``run(job) -> Outcome``.
+
+    **What it receives.** `job` (`JobContext`): the resolved plan (`job.spec`: settings, the
+    resume point, telemetry settings), the reporter (`job.reporter`), the blob store
+    (`job.store`), the job directory (`job.workdir`; local files under `job.artifacts`), the
+    scoring bundles' resolver (`job.bundles`), and, when the entry point opened them, the job's
+    telemetry (`job.telemetry`), spans (`job.tracing`) and stall watchdog (`job.watchdog`).
+
+    **What it reports, and when.** Through `job.reporter`, in this order:
+
+    - ``training`` once, before the first step: the total steps, the data fit, the adapted
+      modules (and `job.telemetry.training(kind)` when telemetry is open);
+    - every optimizer step as a ``steps`` report with its figures (named as
+      `akka_training.telemetry.catalog` routes them), published to `job.telemetry` as well,
+      and `job.watchdog.progress()`, so that a job that keeps stepping is never taken for
+      stalled;
+    - every snapshot (every ``execution.saveEvery`` steps, and on a save-and-stop) once its
+      weights and training state are in the store under `job.snapshot_keys(step)`, after the
+      step it saved was reported;
+    - for grpo and gspo, every step's rollouts, as a step file under `job.rollouts_key(step)`
+      and a ``rollouts`` report after the step's report.
+
+    **How it obeys the service.** After every step it reads `job.reporter.action`: ``stop``
+    ends training at once (no save); ``save-and-stop`` saves a snapshot at the end of the
+    current step, then ends training. Told either before the last step, it returns a stopped
+    `Outcome`; told at the last step, the run has finished all the same.
+
+    **What it returns.** An `Outcome`: ``stopped=True`` with the step it stopped at, or the
+    step it finished at with the final adapter, either a local directory for the entry point
+    to upload (`adapter_dir`) or a key already in the store (`adapter_key`, such as the last
+    snapshot's weights), plus the adapted modules and a closing summary.
+
+    **How it fails.** It raises. A `JobError` subclass (`akka_training.engines.failures`)
+    carries the `FailureReason` the engine recognised and its message is the detail the user
+    reads after the reason's sentence; the entry point classifies any other exception
+    (out of memory, a wrapped `JobError`, else a training error with its traceback). A
+    `StaleAttempt` from the reporter (the service moved on) ends the job quietly.
+    """
+
+    def run(self, job: JobContext) -> Outcome: ...
+
+
+class NoEngine(JobError):
+    """The plan names a method and engine that no registered engine trains."""
+
+
+def load_engine(method: str, engine: str) -> Engine:
+    """The registered engine for `method` on `engine`."""
+    path = ENGINES.get((method, engine))
+    if path is None:
+        by_method: dict[str, list[str]] = {}
+        for m, e in ENGINES:
+            by_method.setdefault(m, []).append(e)
+        trained = "; ".join(f"{m} on {' or '.join(es)}" for m, es in by_method.items())
+        raise NoEngine(
+            f"no engine trains {method} on {engine} (this job trains {trained}): "
+            "resubmit the run so that its plan is resolved again"
+        )
+    module, name = path.split(":")
+    made: Engine = getattr(importlib.import_module(module), name)()
+    return made

@@ -1,0 +1,19 @@
+"""Capacity: pools, claims and projects at this moment."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from akka_training.api.capacity import Capacity
+from akka_training.server.deps import Caller, Ctx, Db
+from akka_training.server.openapi import errors
+from akka_training.server.services import capacity as service
+
+router = APIRouter(prefix="/v1")
+
+
+@router.get("/capacity", responses=errors(401, 403))
+def capacity(ctx: Ctx, db: Db, caller: Caller, project: str | None = None) -> Capacity:
+    if project:
+        caller.require(project)
+    return Capacity.model_validate(service.capacity(db, ctx, project))

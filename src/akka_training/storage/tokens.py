@@ -1,0 +1,32 @@
+"""Minting tokens: the first admin token and the token of each job attempt. The request path
+(`server/services/tokens.py`) and the controller (`controller/launch.py`) both mint, so the
+minting lives here, beside the rows it writes."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from akka_training.storage.ids import hash_secret, new_id, new_secret
+from akka_training.storage.models import Token
+
+
+def create_admin_token(session: Session, name: str) -> str:
+    secret = new_secret()
+    session.add(Token(id=new_id("t"), name=name, kind="admin", hash=hash_secret(secret)))
+    return secret
+
+
+def create_job_token(session: Session, run_id: str, attempt: int, project: str) -> str:
+    secret = new_secret()
+    session.add(
+        Token(
+            id=new_id("j"),
+            name=f"job {run_id}/{attempt}",
+            kind="job",
+            hash=hash_secret(secret),
+            projects=[project],
+            run_id=run_id,
+            attempt=attempt,
+        )
+    )
+    return secret

@@ -1,0 +1,54 @@
+"""What a user sees when the command line is wrong or the install lacks the service: one
+message, the right exit status, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def akka(*args: str, prelude: str = "") -> subprocess.CompletedProcess[str]:
+    code = f"{prelude}\nimport sys\nsys.argv = ['akka', *{list(args)!r}]\n"
+    code += "from akka_training.cli.main import run\nrun()\n"
+    env = {k: v for k, v in os.environ.items() if k not in ("TRAINER_URL", "AKKA_CONTEXT")}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env
+    )
+
+
+def test_a_missing_argument_is_a_usage_error() -> None:
+    result = akka("training", "runs", "get")
+    assert result.returncode == 2
+    assert "Error: Missing argument 'run'." in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unknown_command_is_a_usage_error() -> None:
+    result = akka("training", "runs", "bogus")
+    assert result.returncode == 2
+    assert "Error: No such command 'bogus'." in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unknown_output_format_is_refused() -> None:
+    result = akka("-o", "xml", "training", "info")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "Error: -o takes text, json or yaml, not 'xml'."
+
+
+def test_a_global_flag_without_its_value_is_refused() -> None:
+    result = akka("training", "info", "--context")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "Error: --context needs a value."
+
+
+def test_serve_without_the_service_extra_names_the_extra() -> None:
+    # As on an install without the `service` extra: the web server is not there.
+    result = akka("trainer", "serve", prelude="import sys\nsys.modules['uvicorn'] = None")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: akka trainer serve needs the trainer service's dependencies, which this "
+        "installation lacks (no module 'uvicorn'): install them with "
+        "pip install 'akka-training[service]'."
+    )

@@ -1,0 +1,133 @@
+"""Tables and detail rows as a person (or a program reading a pipe) sees them."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+from akka_training.cli.output import details, table
+from akka_training.cli.state import state
+
+
+class _Terminal(io.StringIO):
+    """What stdout is when the CLI prints to a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture(autouse=True)
+def _colour_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setattr(state, "no_color", False)
+
+
+def test_a_table_is_left_aligned_columns_three_spaces_apart(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table(
+        ["POOL", "ACCELERATOR", "FREE", "MAX CLAIM", "HOST RAM"],
+        [["training", "cpu", 4, 2, "64 GiB"], ["gpu-pool", "H100", None, 1.5, True]],
+    )
+    assert capsys.readouterr().out == (
+        "POOL       ACCELERATOR   FREE   MAX CLAIM   HOST RAM\n"
+        "training   cpu           4      2           64 GiB\n"
+        "gpu-pool   H100          -      1.5         yes\n"
+    )
+
+
+def test_a_table_without_rows_prints_its_headers_and_keeps_an_indent(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table(["KIND", "FOR", "PROJECT"], [], indent="  ")
+    assert capsys.readouterr().out == "  KIND   FOR   PROJECT\n"
+
+
+def test_a_piped_table_keeps_each_row_on_one_line_and_its_text_as_written(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    long = "x" * 500
+    table(["ID", "PROMPT"], [["r1", long], ["r2", "[bold]not markup[/bold] :smile: [1, 2)"]])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "ID   PROMPT",
+        f"r1   {long}",
+        "r2   [bold]not markup[/bold] :smile: [1, 2)",
+    ]
+
+
+def test_details_align_values_after_the_longest_key(capsys: pytest.CaptureFixture[str]) -> None:
+    details(
+        [
+            ("Run", "r-1234"),
+            ("Images", True),
+            ("Memory", "weights 1.0 GiB\nadapter 2.0 MiB"),
+            ("Failure", None),
+        ],
+        indent="  ",
+    )
+    assert capsys.readouterr().out == (
+        "  Run       r-1234\n"
+        "  Images    yes\n"
+        "  Memory    weights 1.0 GiB\n"
+        "            adapter 2.0 MiB\n"
+        "  Failure   -\n"
+    )
+
+
+def test_details_without_rows_print_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    details([])
+    assert capsys.readouterr().out == ""
+
+
+def test_a_terminal_gets_bold_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _Terminal()
+    monkeypatch.setattr(sys, "stdout", out)
+    table(["RUN", "PHASE"], [["r1", "TRAINING"]])
+    assert "\x1b[1m" in out.getvalue()
+    assert "TRAINING" in out.getvalue()
+
+
+@pytest.mark.parametrize("switch", ["flag", "env"])
+def test_no_color_prints_a_terminal_no_styling(
+    monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    if switch == "flag":
+        monkeypatch.setattr(state, "no_color", True)
+    else:
+        monkeypatch.setenv("NO_COLOR", "1")
+    out = _Terminal()
+    monkeypatch.setattr(sys, "stdout", out)
+    table(["RUN", "PHASE"], [["r1", "TRAINING"]])
+    details([("Phase", "TRAINING")])
+    assert out.getvalue() == "RUN   PHASE\nr1    TRAINING\nPhase   TRAINING\n"
+
+
+def test_a_terminal_table_fits_the_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "40")
+    monkeypatch.setattr(state, "no_color", True)
+    out = _Terminal()
+    monkeypatch.setattr(sys, "stdout", out)
+    table(["ID", "PROMPT"], [["r1", "word " * 30]])
+    lines = out.getvalue().splitlines()
+    assert len(lines) > 2
+    assert max(len(line) for line in lines) <= 40
+
+
+def test_the_cli_modules_import_no_table_renderer_and_no_settings_loader() -> None:
+    # httpx imports rich.table itself (its optional command line, `httpx._main`, loads when
+    # click and rich are installed); blocking that shows what the CLI's own modules import.
+    code = (
+        "import sys, pkgutil, importlib\n"
+        "sys.modules['httpx._main'] = None\n"
+        "import akka_training.cli as c\n"
+        "for m in pkgutil.walk_packages(c.__path__, 'akka_training.cli.'):\n"
+        "    if m.name != 'akka_training.cli.__main__':\n"
+        "        importlib.import_module(m.name)\n"
+        "print(sorted(m for m in ('rich.table', 'pydantic_settings') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

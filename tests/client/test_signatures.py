@@ -1,0 +1,50 @@
+"""Every public call of the client answers with the API's models, never a bare mapping."""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Iterator
+
+from akka_training.api.base import ResponseBody
+from akka_training.client import TrainerClient
+from akka_training.client.base import BaseClient
+
+PLUMBING = {name for name in vars(BaseClient) if not name.startswith("_")}
+
+
+def calls() -> dict[str, typing.Any]:
+    return {
+        name: member
+        for name, member in inspect.getmembers(TrainerClient, inspect.isfunction)
+        if not name.startswith("_") and name not in PLUMBING
+    }
+
+
+def models_in(annotation: typing.Any) -> list[typing.Any]:
+    """The types an annotation is made of, through lists, iterators and unions."""
+    origin = typing.get_origin(annotation)
+    if origin in (list, Iterator, typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
+    return [annotation]
+
+
+def test_every_call_answers_with_api_models() -> None:
+    found = calls()
+    assert len(found) >= 40, sorted(found)
+    for name, call in found.items():
+        answer = typing.get_type_hints(call)["return"]
+        for part in models_in(answer):
+            assert isinstance(part, type) and issubclass(part, ResponseBody), (name, answer)
+
+
+def test_the_calls_the_cli_and_the_guide_use_are_there() -> None:
+    found = calls()
+    for name in (
+        "info", "capacity", "base_models", "projects", "create_project", "register_dataset",
+        "datasets", "dataset", "start_run", "run", "runs", "wait_run", "rollouts", "metrics",
+        "pause_run", "resume_run", "branch_run", "continue_run", "start_pipeline",
+        "wait_pipeline", "register_bundle", "create_token", "whoami",
+    ):  # fmt: skip
+        assert name in found, name

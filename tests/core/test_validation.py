@@ -1,0 +1,418 @@
+"""The submission rules, in-process: every refusal `core.validation` can give, word for word, on
+plans built from `core.plans` with their defaults filled as the service fills them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from akka_training.core.catalog import CatalogModel
+from akka_training.core.defaults import fill_defaults
+from akka_training.core.documents import deep_merge
+from akka_training.core.errors import Problem
+from akka_training.core.plans import Lora, RunPlan
+from akka_training.core.validation import (
+    RULES,
+    Checked,
+    DatasetInfo,
+    PoolInfo,
+    SourceInfo,
+    validate,
+)
+
+MODEL = CatalogModel.model_validate(
+    {
+        "id": "qwen-test",
+        "path": "/models/qwen-test",
+        "contextLength": 4096,
+        "envelopes": [
+            {"method": "sft", "engine": "trl", "gpus": 1, "hostMemoryGib": 32},
+            {"method": "grpo", "engine": "trl", "gpus": 1, "hostMemoryGib": 32},
+            {"method": "grpo", "engine": "verl", "gpus": 1, "hostMemoryGib": 64},
+            {"method": "grpo", "engine": "verl", "gpus": 4, "hostMemoryGib": 128},
+            {"method": "gspo", "engine": "trl", "gpus": 1},
+        ],
+    }
+)
+VISION = CatalogModel.model_validate(
+    {
+        "id": "vision-test",
+        "path": "/models/vision-test",
+        "modality": "image-text",
+        "envelopes": [
+            {"method": "sft", "engine": "trl", "gpus": 1},
+            {"method": "grpo", "engine": "verl", "gpus": 1},
+        ],
+    }
+)
+# Qualified for reinforcement under TRL only: nothing on a verl deployment but what SFT needs.
+TRL_RL_ONLY = CatalogModel.model_validate(
+    {
+        "id": "trl-rl-only",
+        "path": "/models/trl-rl-only",
+        "envelopes": [{"method": "grpo", "engine": "trl", "gpus": 1}],
+    }
+)
+TRAINING = PoolInfo("training", max_claim=4, host_ram_gib=256)
+SMALL = PoolInfo("small", max_claim=2, host_ram_gib=64)
+TEXT = DatasetInfo("maths/train:v1", "chat", has_images=False, rows=40)
+IMAGES = DatasetInfo("maths/images:v1", "chat", has_images=True, rows=1)
+EMPTY = DatasetInfo("maths/empty:v1", "chat", has_images=False, rows=0)
+SFT_SOURCE = SourceInfo("r1", "qwen-test", "sft", Lora.model_validate({"rank": 8}), step=6)
+
+GRPO: dict[str, Any] = {
+    "project": "maths",
+    "baseModel": "qwen-test",
+    "config": {
+        "dataset": "maths/train",
+        "method": "grpo",
+        "rlHyperparams": {"promptsPerStep": 8, "maxCompletionTokens": 256},
+        "reward": {"terms": [{"name": "correct", "kind": "match", "mode": "final-number"}]},
+    },
+    "execution": {"gpus": 1},
+}
+SFT: dict[str, Any] = {
+    "project": "maths",
+    "baseModel": "qwen-test",
+    "config": {"dataset": "maths/train", "method": "sft"},
+}
+
+
+def problems(
+    base: dict[str, Any],
+    changes: dict[str, Any] | None = None,
+    *,
+    engine: str = "verl",
+    image_text_rl: bool = False,
+    model: CatalogModel | None = MODEL,
+    pool: PoolInfo | None = TRAINING,
+    dataset: DatasetInfo | None = TEXT,
+    **lookups: Any,
+) -> list[tuple[str, str]]:
+    """The problems of the plan `base` with `changes` laid over it, on a deployment whose
+    reinforcement engine is `engine`, after the service's look-ups gave what the keywords say."""
+    plan = RunPlan.model_validate(deep_merge(base, changes or {}))
+    envelope = (
+        model.envelope(plan.config.method, engine, plan.execution.gpus, image_text_rl)
+        if model
+        else None
+    )
+    source = lookups.get("source")
+    filled = fill_defaults(
+        plan, model, envelope, pool.name if pool else "training", source.lora if source else None
+    )
+    checked = Checked(
+        plan=filled,
+        engine=engine,
+        image_text_rl=image_text_rl,
+        model=model,
+        pool=pool,
+        dataset=dataset,
+        **lookups,
+    )
+    return [(p.field, p.message) for p in validate(checked)]
+
+
+def test_plans_inside_their_envelopes_pass() -> None:
+    assert problems(GRPO) == []
+    assert problems(GRPO, {"execution": {"gpus": 4}}) == []
+    assert problems(SFT) == []
+    assert problems(SFT, {"config": {"evalDataset": "maths/eval"}}, eval_dataset=TEXT) == []
+
+
+def test_every_problem_of_a_verl_plan_is_reported_at_once_after_the_lookups() -> None:
+    lookup = Problem("project", "There is no project 'maths'; create it.")
+    assert problems(
+        GRPO,
+        {
+            "source": {"run": "r1"},
+            "config": {"rlHyperparams": {"klBeta": 0.1}},
+            "execution": {"gpus": 3, "rolloutGpus": 1, "stalenessThreshold": 2},
+        },
+        dataset=IMAGES,
+        source=SFT_SOURCE,
+        lookup_problems=[lookup],
+    ) == [
+        ("project", "There is no project 'maths'; create it."),
+        (
+            "execution.gpus",
+            "No envelope in this deployment's catalog runs grpo on qwen-test at 3 GPU(s) under "
+            "verl: it is qualified at 1 or 4 GPU(s). Set execution.gpus to one of these.",
+        ),
+        (
+            "config.rlHyperparams.promptsPerStep",
+            "config.rlHyperparams.promptsPerStep (8) must be divisible by execution.gpus (3); set "
+            "promptsPerStep to a multiple of 3 (such as 9) or change execution.gpus.",
+        ),
+        (
+            "execution.rolloutGpus",
+            "execution.rolloutGpus (1) is not supported under verl: the rollout engine runs on the "
+            "training devices. Leave rolloutGpus out or set it to 0, and count every device in "
+            "execution.gpus.",
+        ),
+        (
+            "execution.stalenessThreshold",
+            "execution.stalenessThreshold (2) is not supported under verl: the rollout engine runs "
+            "on the training devices. Leave stalenessThreshold out or set it to 0, and count every "
+            "device in execution.gpus.",
+        ),
+        (
+            "config.rlHyperparams.klBeta",
+            "config.rlHyperparams.klBeta is 0.1, but this run starts from another run's adapter, "
+            "and verl's reference policy is the base model, so a KL penalty would pull the run "
+            "toward the base model rather than toward the adapter it started from. Set klBeta "
+            "to 0.",
+        ),
+        (
+            "config.dataset",
+            "config.dataset maths/images:v1 has rows with images; a grpo or gspo run cannot train "
+            "on images, whatever the base model. Use a text-only dataset, or method sft.",
+        ),
+        (
+            "config.dataset",
+            "config.dataset maths/images:v1 has rows with images, but qwen-test is a text model; "
+            "choose an image-text base model or a text-only dataset.",
+        ),
+    ]
+
+
+def test_the_verl_only_rules_leave_a_trl_deployment_alone() -> None:
+    assert (
+        problems(
+            GRPO,
+            {
+                "source": {"run": "r1"},
+                "config": {"rlHyperparams": {"klBeta": 0.1}},
+                "execution": {"rolloutGpus": 1, "stalenessThreshold": 2},
+            },
+            engine="trl",
+            source=SFT_SOURCE,
+        )
+        == []
+    )
+
+
+def test_a_reinforcement_plan_with_sft_settings_and_no_reward() -> None:
+    plan = {**GRPO, "config": {**GRPO["config"], "hyperparams": {}, "reward": {"terms": []}}}
+    assert problems(plan) == [
+        (
+            "config.hyperparams",
+            "config.hyperparams is for sft; a grpo run takes config.rlHyperparams. Move the "
+            "settings there or remove config.hyperparams.",
+        ),
+        (
+            "config.reward.terms",
+            "A grpo run needs at least one reward term: add one under config.reward.terms (for "
+            "example {name: correct, kind: match, mode: exact}).",
+        ),
+    ]
+
+
+def test_reward_term_names_must_be_unique() -> None:
+    terms = [
+        {"name": "correct", "kind": "match"},
+        {"name": "format", "kind": "regex", "pattern": "####"},
+        {"name": "correct", "kind": "match", "mode": "contains"},
+        {"name": "format", "kind": "length", "maxTokens": 64},
+    ]
+    assert problems(GRPO, {"config": {"reward": {"terms": terms}}}) == [
+        (
+            "config.reward.terms",
+            "Reward term names must be unique; correct, format appears more than once. Rename one.",
+        )
+    ]
+
+
+def test_an_sft_plan_with_reinforcement_settings() -> None:
+    plan = deep_merge(
+        SFT,
+        {
+            "config": {
+                "rlHyperparams": {"promptsPerStep": 4},
+                "reward": {"terms": [{"name": "correct", "kind": "match"}]},
+                "tools": [{"name": "add", "bundle": "maths/tools", "function": "tools:add"}],
+            }
+        },
+    )
+    assert problems(plan) == [
+        (
+            "config.rlHyperparams",
+            "config.rlHyperparams is for grpo and gspo; an sft run takes config.hyperparams. "
+            "Remove it or change config.method.",
+        ),
+        (
+            "config.reward",
+            "config.reward is for grpo and gspo; an sft run takes config.hyperparams. Remove it "
+            "or change config.method.",
+        ),
+        ("config.tools", "config.tools is for grpo and gspo runs; remove it."),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("model", "method", "image_text_rl", "message"),
+    [
+        (
+            MODEL,
+            "gspo",
+            False,
+            "qwen-test does not support gspo under the verl engine of this deployment; it "
+            "supports: sft, grpo. Set config.method to one of these or choose another baseModel.",
+        ),
+        (
+            VISION,
+            "grpo",
+            False,
+            "vision-test does not support grpo under the verl engine of this deployment "
+            "(reinforcement over image-text models under verl is not enabled on this deployment: "
+            "trainer.reinforcement.image-text); it supports: sft. Set config.method to one of "
+            "these or choose another baseModel.",
+        ),
+        (
+            TRL_RL_ONLY,
+            "sft",
+            False,
+            "trl-rl-only does not support sft under the trl engine of this deployment; it "
+            "supports: nothing. Set config.method to one of these or choose another baseModel.",
+        ),
+    ],
+)
+def test_a_method_the_model_lacks_lists_what_it_supports(
+    model: CatalogModel, method: str, image_text_rl: bool, message: str
+) -> None:
+    base = GRPO if method != "sft" else SFT
+    plan = deep_merge(base, {"baseModel": model.id, "config": {"method": method}})
+    # A method the model lacks is one problem: the GPU counts it is qualified at are not asked.
+    assert problems(plan, model=model, image_text_rl=image_text_rl) == [("config.method", message)]
+
+
+def test_image_text_reinforcement_under_verl_when_the_deployment_enables_it() -> None:
+    plan = deep_merge(GRPO, {"baseModel": "vision-test"})
+    assert problems(plan, model=VISION, image_text_rl=True) == []
+
+
+def test_a_claim_larger_than_the_pool_and_an_envelope_needing_more_host_memory() -> None:
+    plan = deep_merge(GRPO, {"execution": {"gpus": 4, "pool": "small"}})
+    assert problems(plan, pool=SMALL) == [
+        (
+            "execution.gpus",
+            "execution.gpus (4) is above the largest claim pool small accepts (MAX CLAIM 2); set "
+            "execution.gpus to 2 or less, or choose another execution.pool (see `akka training "
+            "capacity`).",
+        ),
+        (
+            "execution.pool",
+            "grpo on qwen-test at 4 GPU(s) needs 128 GiB of host memory per node, more than pool "
+            "small has (HOST RAM 64 GiB); choose a pool with more host memory or fewer GPUs.",
+        ),
+    ]
+
+
+def test_sequence_lengths_beyond_the_model_or_without_room_for_a_prompt() -> None:
+    assert problems(GRPO, {"config": {"maxSeqLength": 8192}}) == [
+        (
+            "config.maxSeqLength",
+            "config.maxSeqLength (8192) is above the context length of qwen-test (4096); set it "
+            "to 4096 or less.",
+        )
+    ]
+    no_room = {"config": {"maxSeqLength": 256, "rlHyperparams": {"maxCompletionTokens": 256}}}
+    assert problems(GRPO, no_room) == [
+        (
+            "config.rlHyperparams.maxCompletionTokens",
+            "config.rlHyperparams.maxCompletionTokens (256) leaves no room for the prompt within "
+            "config.maxSeqLength (256); lower maxCompletionTokens or raise maxSeqLength.",
+        )
+    ]
+
+
+def test_one_generation_per_prompt_compares_nothing() -> None:
+    plan = deep_merge(
+        GRPO, {"config": {"method": "gspo", "rlHyperparams": {"generationsPerPrompt": 1}}}
+    )
+    assert problems(plan, engine="trl") == [
+        (
+            "config.rlHyperparams.generationsPerPrompt",
+            "config.rlHyperparams.generationsPerPrompt is 1; gspo compares completions of the "
+            "same prompt, so set it to 2 or more.",
+        )
+    ]
+
+
+def test_datasets_that_do_not_fit_the_model_or_hold_nothing() -> None:
+    plan = deep_merge(SFT, {"config": {"evalDataset": "maths/images"}})
+    assert problems(plan, dataset=EMPTY, eval_dataset=IMAGES) == [
+        (
+            "config.dataset",
+            "config.dataset maths/empty:v1 has no rows; choose a dataset version that has rows.",
+        ),
+        (
+            "config.evalDataset",
+            "config.evalDataset maths/images:v1 has rows with images, but qwen-test is a text "
+            "model; choose an image-text base model or a text-only dataset.",
+        ),
+    ]
+    # Supervised training on images is what an image-text model is for.
+    vision = deep_merge(SFT, {"baseModel": "vision-test"})
+    assert problems(vision, model=VISION, dataset=IMAGES) == []
+
+
+def test_a_source_of_another_base_model_or_another_lora_rank() -> None:
+    other = SourceInfo("r1", "other-model", "sft", Lora.model_validate({"rank": 8}), step=6)
+    plan = deep_merge(
+        GRPO, {"source": {"run": "r1"}, "config": {"rlHyperparams": {"lora": {"rank": 16}}}}
+    )
+    assert problems(plan, engine="trl", source=other, lora_rank_given=16) == [
+        (
+            "baseModel",
+            "The source run r1 trained an adapter for other-model, not qwen-test; set baseModel "
+            "to other-model.",
+        ),
+        (
+            "config.rlHyperparams.lora.rank",
+            "config.rlHyperparams.lora.rank (16) differs from the rank of the adapter this run "
+            "starts from (8); leave it out or set 8.",
+        ),
+    ]
+    sft = deep_merge(SFT, {"source": {"run": "r1"}})
+    assert problems(sft, source=SFT_SOURCE, lora_rank_given=4) == [
+        (
+            "config.hyperparams.lora.rank",
+            "config.hyperparams.lora.rank (4) differs from the rank of the adapter this run starts "
+            "from (8); leave it out or set 8.",
+        )
+    ]
+
+
+def test_a_reward_pattern_that_does_not_compile() -> None:
+    terms = [
+        {"name": "correct", "kind": "match"},
+        {"name": "format", "kind": "regex", "pattern": "([0-9"},
+    ]
+    assert problems(GRPO, {"config": {"reward": {"terms": terms}}}) == [
+        (
+            "config.reward.terms[1].pattern",
+            "config.reward.terms[1].pattern '([0-9' is not a valid regular expression "
+            "(unterminated character set at position 1); fix the pattern.",
+        )
+    ]
+
+
+def test_every_rule_is_covered_here() -> None:
+    """A rule added to `RULES` needs its refusal here too."""
+    covered = {
+        "method_sections",
+        "method_supported",
+        "qualified_gpus",
+        "pool_fits",
+        "sequence_lengths",
+        "prompts_divisible",
+        "generation_shapes",
+        "verl_rollout_devices",
+        "verl_kl_with_source",
+        "dataset_fits_method",
+        "source_matches",
+        "reward_patterns",
+    }
+    assert {rule.__name__ for rule in RULES} == covered

@@ -1,0 +1,298 @@
+"""Runs through the real app: dry runs, refusals with every problem, start, list, get, cancel,
+pause and resume of a queued run, and what a run's job reported (snapshots, metrics, lineage)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from akka_training.testing.app import InProcessTrainer
+from tests.server.routers.helpers import answer, chat_rows, error, register, sft_plan
+
+
+@pytest.fixture
+def dataset(api: httpx.Client) -> dict[str, Any]:
+    return register(api, "maths/train", chat_rows(12))
+
+
+def test_a_dry_run_resolves_every_reference_and_starts_nothing(
+    api: httpx.Client, dataset: dict[str, Any], trainer: InProcessTrainer
+) -> None:
+    response = api.post("/v1/runs", params={"dry_run": "true"}, json=sft_plan())
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["dryRun"] is True
+    settings = body["settings"]
+    chat = trainer.ctx.model("tiny-chat")
+    assert (settings["method"], settings["engine"]) == ("sft", "trl")
+    assert settings["baseModel"] == {
+        "id": "tiny-chat",
+        "path": chat.path,
+        "revision": chat.revision,
+        "modality": "text",
+        "contextLength": 2048,
+    }
+    assert settings["dataset"] == {
+        "ref": "maths/train",
+        "name": "maths/train",
+        "version": 1,
+        "sha256": dataset["sha256"],
+        "rows": 12,
+        "bytes": dataset["bytes"],
+        "format": "chat",
+        "hasImages": False,
+        "blob": dataset["blob"],
+    }
+    config = settings["config"]
+    assert config["dataset"] == f"maths/train@sha256:{dataset['sha256']}"
+    assert config["model"] == {"precision": "FP32"}  # the envelope's
+    assert config["hyperparams"]["lora"] == {
+        "rank": 8,
+        "alpha": 16.0,
+        "dropout": 0.0,
+        "targetModules": "all-linear",
+    }
+    assert settings["execution"]["pool"] == "default"
+    assert api.get("/v1/runs").json() == []
+
+
+def test_a_refused_plan_lists_every_problem_at_once(api: httpx.Client, dataset: Any) -> None:
+    plan = sft_plan(
+        config={
+            "dataset": "maths/nope",
+            "method": "grpo",
+            "maxSeqLength": 4096,
+            "hyperparams": None,
+            "rlHyperparams": {"promptsPerStep": 3},
+        },
+        execution={"gpus": 2, "pool": "gpu"},
+    )
+    problems = [
+        ("execution.pool", "There is no pool 'gpu'; set execution.pool to one of: default."),
+        (
+            "config.dataset",
+            "config.dataset: There is no dataset maths/nope; datasets in maths: train.",
+        ),
+        (
+            "config.reward.terms",
+            "A grpo run needs at least one reward term: add one under config.reward.terms (for "
+            "example {name: correct, kind: match, mode: exact}).",
+        ),
+        (
+            "execution.gpus",
+            "No envelope in this deployment's catalog runs grpo on tiny-chat at 2 GPU(s) under "
+            "trl: it is qualified at 1 GPU(s). Set execution.gpus to one of these.",
+        ),
+        (
+            "config.maxSeqLength",
+            "config.maxSeqLength (4096) is above the context length of tiny-chat (2048); set it "
+            "to 2048 or less.",
+        ),
+        (
+            "config.rlHyperparams.promptsPerStep",
+            "config.rlHyperparams.promptsPerStep (3) must be divisible by execution.gpus (2); set "
+            "promptsPerStep to a multiple of 2 (such as 4) or change execution.gpus.",
+        ),
+    ]
+    lines = "".join(f"\n  - {message}" for _, message in problems)
+    refusal = error(
+        "plan-refused",
+        f"The plan was refused (6 problems):{lines}",
+        [{"field": field, "message": message} for field, message in problems],
+    )
+
+    assert answer(api.post("/v1/runs", params={"dry_run": "true"}, json=plan)) == (422, refusal)
+    assert answer(api.post("/v1/runs", json=plan)) == (422, refusal)
+    assert api.get("/v1/runs").json() == []
+
+
+def test_a_plan_with_an_unknown_field_names_it_and_the_known_ones(api: httpx.Client) -> None:
+    plan = sft_plan(config={"epochs": 2})
+    message = (
+        "config.epochs is not a known field in config; remove it or check its spelling (known "
+        "fields: dataset, evalDataset, method, maxSeqLength, model, hyperparams, rlHyperparams, "
+        "reward, tools, seed)."
+    )
+
+    assert answer(api.post("/v1/runs", json=plan)) == (
+        422,
+        error(
+            "plan-refused",
+            f"The plan was refused (1 problem):\n  - {message}",
+            [{"field": "config.epochs", "message": message}],
+        ),
+    )
+
+
+def test_a_started_run_waits_in_the_queue_and_reads_back(api: httpx.Client, dataset: Any) -> None:
+    resolved = api.post("/v1/runs", params={"dry_run": "true"}, json=sft_plan()).json()
+    run = api.post("/v1/runs", json=sft_plan()).json()
+
+    assert {k: run[k] for k in ("phase", "project", "method", "engine", "baseModel")} == {
+        "phase": "QUEUED",
+        "project": "maths",
+        "method": "sft",
+        "engine": "trl",
+        "baseModel": "tiny-chat",
+    }
+    assert (run["dataset"], run["pool"], run["gpus"], run["attempt"]) == (
+        "maths/train:v1",
+        "default",
+        1,
+        0,
+    )
+    assert run["progress"] == {"observedStep": 0, "totalSteps": None, "savedStep": None}
+    assert run["queue"] == {
+        "position": 1,
+        "pool": "default",
+        "devices": 1,
+        "free": 2,
+        "quota": 2,
+        "held": 0,
+        "waitingFor": ["the controller's next pass"],
+    }
+    assert run["failure"] is None
+    # What it trains under is what the dry run printed.
+    assert run["settings"] == resolved["settings"]
+    assert api.get(f"/v1/runs/{run['id'][:6]}").json()["id"] == run["id"]
+    listed = api.get("/v1/runs", params={"phase": "open"}).json()
+    assert [(r["id"], r["phase"]) for r in listed] == [(run["id"], "QUEUED")]
+    assert "settings" not in listed[0]  # the listing is brief
+    assert api.get("/v1/runs", params={"phase": "completed"}).json() == []
+    assert answer(api.get("/v1/runs", params={"phase": "done"})) == (
+        400,
+        error(
+            "invalid",
+            "--phase takes open or one of QUEUED, PREPARING, TRAINING, PAUSING, PAUSED, "
+            "COMPLETED, FAILED, CANCELLED.",
+        ),
+    )
+
+
+def test_a_submission_id_starts_a_run_once(api: httpx.Client, dataset: Any) -> None:
+    first = api.post("/v1/runs", json=sft_plan(submissionId="nightly-42")).json()
+    second = api.post("/v1/runs", json=sft_plan(submissionId="nightly-42")).json()
+
+    assert second["id"] == first["id"] and second["existing"] is True
+    assert len(api.get("/v1/runs").json()) == 1
+
+
+def test_a_queued_run_cancels_and_gives_its_claim_back(api: httpx.Client, dataset: Any) -> None:
+    run = api.post("/v1/runs", json=sft_plan()).json()
+    assert [c["for"] for c in api.get("/v1/capacity").json()["claims"]] == [run["id"]]
+
+    cancelled = api.post(f"/v1/runs/{run['id']}/cancel").json()
+
+    assert (cancelled["phase"], cancelled["failure"]) == ("CANCELLED", None)
+    assert api.get("/v1/capacity").json()["claims"] == []
+    assert answer(api.post(f"/v1/runs/{run['id']}/cancel")) == (
+        409,
+        error("conflict", f"Run {run['id']} is already CANCELLED."),
+    )
+    assert answer(api.post(f"/v1/runs/{run['id']}/pause", json={"checkpoint": "save"})) == (
+        409,
+        error("conflict", f"Run {run['id']} is CANCELLED; only an open run can pause."),
+    )
+
+
+def test_a_queued_run_pauses_and_resumes(api: httpx.Client, dataset: Any) -> None:
+    run = api.post("/v1/runs", json=sft_plan()).json()
+    path = f"/v1/runs/{run['id']}"
+
+    paused = api.post(f"{path}/pause", json={"checkpoint": "save"}).json()
+    assert (paused["phase"], paused["requested"]) == ("PAUSED", None)
+    assert api.get("/v1/capacity").json()["claims"] == []
+    assert api.post(f"{path}/pause", json={"checkpoint": "latest"}).json()["phase"] == "PAUSED"
+
+    resumed = api.post(f"{path}/resume").json()
+    assert resumed["phase"] == "QUEUED" and resumed["queue"]["position"] == 1
+    claims = api.get("/v1/capacity").json()["claims"]
+    assert [(c["for"], c["state"]) for c in claims] == [(run["id"], "QUEUED")]
+    assert answer(api.post(f"{path}/resume")) == (
+        409,
+        error("conflict", f"Run {run['id']} is QUEUED; only a PAUSED run resumes."),
+    )
+    assert answer(api.post(f"{path}/pause", json={"checkpoint": "soon"})) == (
+        400,
+        error("invalid", "--checkpoint takes save (snapshot at the next step) or latest."),
+    )
+
+
+def test_what_the_job_reported_reads_back_and_a_branch_joins_the_tree(
+    api: httpx.Client, dataset: Any, trainer: InProcessTrainer
+) -> None:
+    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    launch = trainer.admit(run_id)
+    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+
+    def report(kind: str, body: dict[str, Any]) -> str:
+        response = job.post(f"/v1/jobs/{run_id}/attempts/{launch.attempt}/{kind}", json=body)
+        assert response.status_code == 200, response.text
+        action: str = response.json()["action"]
+        return action
+
+    assert report("training", {"totalSteps": 4}) == "continue"
+    for step in (1, 2, 3, 4):
+        assert report("steps", {"step": step, "metrics": {"loss": 4.0 / step, "lr": 1e-4}})
+        if step % 2 == 0:
+            keys = f"runs/{run_id}/snapshots/step-{step}"
+            body = {"name": f"step-{step}", "step": step, "weights": f"{keys}/weights/"}
+            report("snapshots", {**body, "trainingState": f"{keys}/training-state/"})
+    report("finished", {"adapter": f"runs/{run_id}/adapter/", "step": 4})
+
+    done = api.get(f"/v1/runs/{run_id}").json()
+    assert done["phase"] == "COMPLETED"
+    assert done["progress"] == {"observedStep": 4, "totalSteps": 4, "savedStep": 4}
+    assert (done["results"]["model"], done["results"]["trainingLoss"]) == (
+        f"runs/{run_id}/adapter/",
+        1.0,
+    )
+    snapshots = api.get(f"/v1/runs/{run_id}/snapshots").json()
+    assert [(s["name"], s["step"], s["attempt"], s["swept"]) for s in snapshots] == [
+        ("step-2", 2, 1, False),
+        ("step-4", 4, 1, False),
+    ]
+    assert snapshots[0]["trainingState"] == f"runs/{run_id}/snapshots/step-2/training-state/"
+    metrics = api.get(f"/v1/runs/{run_id}/metrics", params={"fields": "loss"}).json()
+    assert (metrics["run"], metrics["method"]) == (run_id, "sft")
+    assert [(s["step"], s["attempt"], s["loss"]) for s in metrics["steps"]] == [
+        (1, 1, 4.0),
+        (2, 1, 2.0),
+        (3, 1, 4.0 / 3),
+        (4, 1, 1.0),
+    ]
+    assert all("lr" not in s for s in metrics["steps"])
+
+    child = api.post(f"/v1/runs/{run_id}/branch", json={"snapshot": "step-2", "steps": 3}).json()
+    assert child["source"] == {"run": run_id, "snapshot": "step-2", "kind": "branch"}
+    assert child["settings"]["config"]["hyperparams"]["training"]["maxSteps"] == 3
+    assert api.get(f"/v1/runs/{child['id']}/tree").json() == {
+        "root": run_id,
+        "focus": child["id"],
+        "tree": {
+            "run": run_id,
+            "method": "sft",
+            "phase": "COMPLETED",
+            "from": None,
+            "modelName": None,
+            "children": [
+                {
+                    "run": child["id"],
+                    "method": "sft",
+                    "phase": "QUEUED",
+                    "from": {"kind": "branch", "snapshot": "step-2"},
+                    "modelName": None,
+                    "children": [],
+                }
+            ],
+        },
+    }
+    assert answer(api.post(f"/v1/runs/{run_id}/branch", json={"snapshot": "step-9"})) == (
+        404,
+        error(
+            "not-found", f"Run {run_id} has no snapshot 'step-9'; its snapshots: step-2, step-4."
+        ),
+    )
