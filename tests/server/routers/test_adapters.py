@@ -225,6 +225,14 @@ def test_a_run_without_an_adapter_is_refused_with_the_reason(
             f"Download it once it completes (`akka training runs wait {queued}`).",
         ),
     )
+    assert answer(api.post(f"/v1/runs/{queued}/merged", json={})) == (
+        409,
+        error(
+            "conflict",
+            f"Run {queued} has no adapter yet: it is QUEUED and has not trained a step. "
+            f"Export it once it completes (`akka training runs wait {queued}`).",
+        ),
+    )
     api.post(f"/v1/runs/{queued}/cancel")
 
     training = api.post("/v1/runs", json=sft_plan()).json()["id"]

@@ -126,7 +126,7 @@ def export_merged(
     """Start a merge task for the run's final adapter (or a snapshot's weights), or find the
     one that made or is making it; the task, and whether it is new."""
     run = _find_run(session, principal, run_ref)
-    weights, _ = _weights(session, run, snapshot)
+    weights, _ = _weights(session, run, snapshot, "export")
     key = merge_key(run.id, snapshot)
     existing = tasks.current(session, key)
     if existing is not None:
@@ -235,13 +235,15 @@ def _merged(session: Session, ctx: AppContext, run: Run, snapshot: str | None) -
     )
 
 
-def _weights(session: Session, run: Run, snapshot: str | None) -> tuple[str, int]:
+def _weights(
+    session: Session, run: Run, snapshot: str | None, verb: str = "download"
+) -> tuple[str, int]:
     """The blob prefix of the weights to hand out and their step, or the refusal that says why
-    there are none."""
+    there are none (and what to `verb` instead)."""
     if snapshot is None:
         if run.adapter:
             return run.adapter, run.observed_step
-        raise Conflict(_no_final_adapter(session, run))
+        raise Conflict(_no_final_adapter(session, run, verb))
     snap = session.get(Snapshot, (run.id, snapshot))
     if snap is None or snap.swept_at is not None:
         names = ", ".join(_snapshot_names(session, run.id)) or "none"
@@ -254,15 +256,15 @@ def _weights(session: Session, run: Run, snapshot: str | None) -> tuple[str, int
     return snap.weights, snap.step
 
 
-def _no_final_adapter(session: Session, run: Run) -> str:
+def _no_final_adapter(session: Session, run: Run, verb: str) -> str:
     label = _label(run)
     phase = Phase(run.phase)
     latest = _latest_snapshot(session, run.id)
     step = run.observed_step
     if phase in (Phase.QUEUED, Phase.PREPARING):
         return (
-            f"{label} has no adapter yet: it is {phase} and has not trained a step. Download it "
-            f"once it completes (`akka training runs wait {run.id}`)."
+            f"{label} has no adapter yet: it is {phase} and has not trained a step. "
+            f"{verb.capitalize()} it once it completes (`akka training runs wait {run.id}`)."
         )
     if phase not in TERMINAL:
         total = f" of {run.total_steps}" if run.total_steps else ""
@@ -270,13 +272,13 @@ def _no_final_adapter(session: Session, run: Run) -> str:
             every = (run.settings.get("execution") or {}).get("saveEvery")
             return (
                 f"{label} has no adapter yet: it is {phase} at step {step}{total} and has saved "
-                f"no snapshot (it saves every {every} steps). Download it once it completes "
-                f"(`akka training runs wait {run.id}`)."
+                f"no snapshot (it saves every {every} steps). {verb.capitalize()} it once it "
+                f"completes (`akka training runs wait {run.id}`)."
             )
         return (
-            f"{label} has no final adapter yet: it is {phase} at step {step}{total}. Download "
-            f"its latest snapshot with --snapshot {latest.name} (step {latest.step}), or wait "
-            f"until it completes (`akka training runs wait {run.id}`)."
+            f"{label} has no final adapter yet: it is {phase} at step {step}{total}. "
+            f"{verb.capitalize()} its latest snapshot with --snapshot {latest.name} (step "
+            f"{latest.step}), or wait until it completes (`akka training runs wait {run.id}`)."
         )
     ended = "FAILED" if phase == Phase.FAILED else f"was {phase}"
     if latest is None:
@@ -284,7 +286,7 @@ def _no_final_adapter(session: Session, run: Run) -> str:
         return f"{label} has no adapter: it {ended} before its first save{why}."
     return (
         f"{label} has no final adapter: it {ended} at step {step}. Its latest snapshot is "
-        f"{latest.name} (step {latest.step}): download it with --snapshot {latest.name}."
+        f"{latest.name} (step {latest.step}): {verb} it with --snapshot {latest.name}."
     )
 
 
