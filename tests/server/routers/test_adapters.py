@@ -191,6 +191,8 @@ def test_a_snapshot_leaves_with_its_own_weights_step_and_loss(
     assert "| Steps | 2 |" in card
 
 
+# The catalog decides here, not the database: one database is enough.
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 def test_the_catalogs_hub_id_names_the_base_model(
     in_process_factory: Callable[..., InProcessTrainer], dev_models: Path
 ) -> None:
@@ -464,6 +466,8 @@ def test_a_merge_is_a_task_with_its_own_token_reports_and_result(
     assert [t["id"] for t in listed] == [task["id"]]
 
 
+# The catalog decides here, not the database: one database is enough.
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 def test_a_merge_is_refused_where_the_cluster_cannot_read_the_base_model(
     in_process_factory: Callable[..., InProcessTrainer], dev_models: Path
 ) -> None:

@@ -11,6 +11,7 @@ from fastapi.responses import StreamingResponse
 from akka_training.api.adapters import AdapterManifest, MergeRequest
 from akka_training.api.tasks import TaskRecord
 from akka_training.deployment.context import AppContext
+from akka_training.server.auth import Principal
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.openapi import errors
 from akka_training.server.services import adapters as service
@@ -108,7 +109,12 @@ def merged_file(
 
 
 def _stream(
-    ctx: AppContext, caller: Any, run_ref: str, snapshot: str | None, kind: Any, path: str
+    ctx: AppContext,
+    caller: Principal,
+    run_ref: str,
+    snapshot: str | None,
+    kind: service.Kind,
+    path: str,
 ) -> Response:
     chunks, size = service.open_file(ctx, caller, run_ref, snapshot, kind, path)
     return StreamingResponse(

@@ -27,6 +27,7 @@ from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
 from akka_training.core import blobkeys
+from akka_training.core.catalog import CatalogModel
 from akka_training.core.downloads import download_directory
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound
 from akka_training.core.failures import FailureReason, failure_text
@@ -431,7 +432,7 @@ def _step_of(session: Session, run: Run, snapshot: str | None) -> int:
     return snap.step if snap is not None else 0
 
 
-def _catalog_model(ctx: AppContext, model_id: str) -> Any:
+def _catalog_model(ctx: AppContext, model_id: str) -> CatalogModel | None:
     return next((m for m in ctx.catalog if m.id == model_id), None)
 
 
