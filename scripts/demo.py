@@ -1,4 +1,5 @@
-"""The demo: an embedded trainer, a real SFT run, then a real GRPO run warm-started from it.
+"""The demo: an embedded trainer, a real SFT run, then a real GRPO run warm-started from it,
+whose adapter it downloads.
 
 It starts `akka trainer serve` with its home in `.akka-demo/` (SQLite, a local blob directory, the
 local backend, the development models it builds on first start), and drives it with the `akka`
@@ -109,6 +110,9 @@ def _demo(env: dict[str, str]) -> int:
         f"\nReward: first step {rewards[0]:.3f}, last step {rewards[-1]:.3f}; "
         f"mean of the first four steps {early:.3f}, of the last four {late:.3f}."
     )
+    print("\n# 4. The adapter, out: the Hugging Face layout PEFT and vLLM load as it is.")
+    adapter = WORK / "grpo-adapter"
+    akka(env, "training", "runs", "download", grpo["id"], "-d", str(adapter), "--force")
     print(f"The trainer's home is {WORK / 'home'}; run the demo again to reuse it.")
     return 0
 

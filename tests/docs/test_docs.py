@@ -26,6 +26,7 @@ PAGES = [
     "verl.md",
     "deploy-ray.md",
     "python-client.md",
+    "use-your-adapter.md",
     "contributing/ARCHITECTURE.md",
 ]
 

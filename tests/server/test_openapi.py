@@ -55,6 +55,15 @@ ERRORS: dict[tuple[str, str], set[int]] = {
     ("get", "/v1/runs/{run_ref}/logs"): {400, 401, 403, 404, 503},
     ("get", "/v1/runs/{run_ref}/wait"): {400, 401, 403, 404},
     ("get", "/v1/runs/{run_ref}/grafana"): {400, 401, 403, 404},
+    ("get", "/v1/runs/{run_ref}/adapter"): {400, 401, 403, 404, 409},
+    ("get", "/v1/runs/{run_ref}/adapter/files/{path}"): {400, 401, 403, 404, 409},
+    ("post", "/v1/runs/{run_ref}/merged"): {400, 401, 403, 404, 409},
+    ("get", "/v1/runs/{run_ref}/merged"): {400, 401, 403, 404, 409},
+    ("get", "/v1/runs/{run_ref}/merged/files/{path}"): {400, 401, 403, 404, 409},
+    ("get", "/v1/tasks"): {401, 403},
+    ("get", "/v1/tasks/{task_id}"): {401, 403, 404},
+    ("post", "/v1/tasks/{task_id}/cancel"): {401, 403, 404, 409},
+    ("post", "/v1/tasks/{task_id}/reports/{kind}"): {400, 401, 403, 409, 422},
     ("post", "/v1/pipelines"): {400, 401, 403, 409, 422},
     ("get", "/v1/pipelines"): {401, 403},
     ("get", "/v1/pipelines/{ref}"): {400, 401, 403, 404},
@@ -140,6 +149,23 @@ def test_uploads_and_plans_document_their_request_bodies(document: dict[str, Any
     report = ops[("post", "/v1/jobs/{run_id}/attempts/{attempt}/{kind}")]["requestBody"]
     refs = {r["$ref"] for r in report["content"]["application/json"]["schema"]["oneOf"]}
     assert "#/components/schemas/StepReport" in refs and len(refs) == 9
+    task = ops[("post", "/v1/tasks/{task_id}/reports/{kind}")]["requestBody"]
+    refs = {r["$ref"] for r in task["content"]["application/json"]["schema"]["oneOf"]}
+    assert "#/components/schemas/TaskProgressReport" in refs and len(refs) == 4
+
+
+def test_downloads_document_their_files_as_binary(document: dict[str, Any]) -> None:
+    ops = operations(document)
+    for kind in ("adapter", "merged"):
+        manifest = ops[("get", f"/v1/runs/{{run_ref}}/{kind}")]["responses"]["200"]
+        schema = manifest["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/AdapterManifest"}
+        answer = ops[("get", f"/v1/runs/{{run_ref}}/{kind}/files/{{path}}")]["responses"]["200"]
+        assert answer["content"] == {
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+        }
+    merge = ops[("post", "/v1/runs/{run_ref}/merged")]["responses"]
+    assert {"200", "201"} <= set(merge)
 
 
 def test_every_reference_resolves(document: dict[str, Any]) -> None:

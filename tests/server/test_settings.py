@@ -171,6 +171,25 @@ def test_catalog_entries_are_kebab_case_too(tmp_path: Path) -> None:
     assert model.envelopes[0].host_memory_gib == 8
 
 
+def test_a_catalog_entry_may_name_its_public_hub_id_and_revision(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "trainer:\n  catalog:\n    - id: qwen3-0.6b\n      path: /models/qwen3\n"
+        "      hub-id: Qwen/Qwen3-0.6B\n      hub-revision: c1899de\n",
+    )
+    settings = load_settings(path)
+    assert settings.trainer.catalog is not None
+    model = settings.trainer.catalog[0]
+    assert (model.hub_id, model.hub_revision, model.public_name) == (
+        "Qwen/Qwen3-0.6B",
+        "c1899de",
+        "Qwen/Qwen3-0.6B",
+    )
+    # Without one, downloads name the model by its catalog id, never by its path.
+    bare = load_settings(write(tmp_path, "trainer:\n  catalog:\n    - {id: m, path: /m}\n"))
+    assert bare.trainer.catalog is not None and bare.trainer.catalog[0].public_name == "m"
+
+
 def test_catalog_entries_may_be_camel_case_as_in_a_plan_and_serialise_so(tmp_path: Path) -> None:
     path = write(
         tmp_path,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from akka_training.api.base import ResponseBody
+from akka_training.api.base import ResponseBody, optional_key
 
 
 class BaseModelSummary(ResponseBody):
@@ -32,6 +32,10 @@ class BaseModelDetail(ResponseBody):
     status: str
     path: str
     revision: str | None
+    hub_id: str | None = optional_key(
+        "The model's public name (a Hugging Face Hub repository) downloads name it by."
+    )
+    hub_revision: str | None = optional_key("The commit of hub_id that path holds.")
     context_length: int
     modality: str
     engine: str = Field(description="This deployment's reinforcement engine.")

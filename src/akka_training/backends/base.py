@@ -23,6 +23,8 @@ class LaunchRefused(Exception):
 
 @dataclass(frozen=True)
 class LaunchRequest:
+    # The run (or the task, `core.tasks`) the job belongs to, and which try of it this is: the
+    # same pair always names the same job.
     run_id: str
     attempt: int
     pool: str
@@ -78,6 +80,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def observe(self) -> dict[str, ObservedPool]:
         """The devices each pool's nodes offer now, by pool name. Raises `ClusterUnreachable`."""
+
+    def sees_path(self, path: str) -> bool | None:
+        """Whether the cluster's jobs can read `path` (a base model's directory): True or False
+        when this service can tell (the cluster is this host), None when it cannot (the job
+        finds out). Answers without a network call."""
+        return None
 
     def close(self) -> None:
         """Release clients. Jobs keep running."""

@@ -141,6 +141,28 @@ class BaseClient:
         except httpx.RemoteProtocolError as exc:
             raise TrainerUnreachable(f"The trainer at {self.url} closed the stream.") from exc
 
+    def stream_bytes(
+        self,
+        path: str,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        chunk_bytes: int = 1 << 20,
+    ) -> Iterator[bytes]:
+        """The body of a binary answer, a chunk at a time, as it arrives."""
+        params = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            with self._http.stream(
+                "GET", path, params=params, timeout=httpx.Timeout(timeout, connect=10.0)
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    _decode(response)
+                yield from response.iter_bytes(chunk_bytes)
+        except httpx.ConnectError as exc:
+            raise TrainerUnreachable(f"The trainer at {self.url} does not answer.") from exc
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise TrainerUnreachable(f"The trainer at {self.url} closed the download.") from exc
+
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
 

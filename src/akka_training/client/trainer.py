@@ -1,5 +1,5 @@
 """`TrainerClient`: the trainer's HTTP API as Python calls, one mixin per noun, each answer a
-model of `akka_training.api`.
+model of `akka_training.api` (downloads write files and answer what they wrote).
 
 Errors come back as the exception the service raised (`akka_training.core.errors`), rebuilt
 from the error code; a service that does not answer raises `TrainerUnreachable`. `connect()`
@@ -8,6 +8,7 @@ from the error code; a service that does not answer raises `TrainerUnreachable`.
 
 from __future__ import annotations
 
+from akka_training.client.adapters import AdaptersApi
 from akka_training.client.bundles import BundlesApi
 from akka_training.client.capacity import CapacityApi
 from akka_training.client.catalog import CatalogApi
@@ -16,6 +17,7 @@ from akka_training.client.pipelines import PipelinesApi
 from akka_training.client.projects import ProjectsApi
 from akka_training.client.runs import RunsApi
 from akka_training.client.system import SystemApi
+from akka_training.client.tasks import TasksApi
 
 
 class TrainerClient(
@@ -25,7 +27,9 @@ class TrainerClient(
     CapacityApi,
     DatasetsApi,
     BundlesApi,
+    AdaptersApi,
     RunsApi,
+    TasksApi,
     PipelinesApi,
 ):
     """``TrainerClient(url, token)``, or `connect()` to find both as the CLI does. Close it

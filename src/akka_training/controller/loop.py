@@ -1,5 +1,5 @@
 """The reconcile loop: observe the cluster, admit queued claims, then reconcile every run that
-needs work. It runs in a thread of the service; on Postgres only the replica holding the
+needs work and every open task (`tasks`). It runs in a thread of the service; on Postgres only the replica holding the
 advisory lock reconciles (the others still observe the cluster, now and then, so that their
 capacity answers stay current).
 
@@ -29,6 +29,7 @@ from akka_training.controller.apply import (
 from akka_training.controller.launch import prepare_launch
 from akka_training.controller.leader import Leadership
 from akka_training.controller.sweep import sweep_snapshots
+from akka_training.controller.tasks import reconcile_tasks
 from akka_training.controller.views import Decision, Limits, Probe, RunView
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.states import OPEN_CLAIM_STATES, AttemptState, ClaimState
@@ -128,6 +129,7 @@ class Controller:
                 self.reconcile(run_id)
             except Exception:
                 log.exception("reconciling run %s failed", run_id)
+        reconcile_tasks(self.ctx, self.limits)
         for hook in self.hooks:
             hook()
         if self._ticks % 20 == 0:

@@ -4,6 +4,9 @@
     datasets/uploads/<random>.jsonl              an upload being received (moved when whole)
     bundles/sha256/<hash>.zip                    a scoring bundle, packed canonically
     runs/<run>/adapter/                          the run's final adapter (PEFT layout)
+    runs/<run>/tokenizer/                        the tokenizer (or processor) files and chat
+                                                 template the run trained with
+    runs/<run>/merged/<final|step-N>/            a merged full model (`runs export --merged`)
     runs/<run>/snapshots/step-<N>/weights/       a snapshot's adapter
     runs/<run>/snapshots/step-<N>/training-state/  optimizer, scheduler, RNG, data position
     runs/<run>/rollouts/step-<N>.parquet         one step's scored rollouts
@@ -34,6 +37,15 @@ def run_prefix(run_id: str) -> str:
 
 def adapter_prefix(run_id: str) -> str:
     return f"runs/{run_id}/adapter/"
+
+
+def tokenizer_prefix(run_id: str) -> str:
+    return f"runs/{run_id}/tokenizer/"
+
+
+def merged_prefix(run_id: str, snapshot: str | None) -> str:
+    """Where the merged model of the run's final adapter (or of one snapshot's) lies."""
+    return f"runs/{run_id}/merged/{snapshot or 'final'}/"
 
 
 def snapshot_name(step: int) -> str:

@@ -30,10 +30,20 @@ class CatalogModel(PlanModel):
     id: str
     path: str
     revision: str | None = None
+    # The model's public name where users' tools resolve it (a Hugging Face Hub repository such
+    # as ``Qwen/Qwen3-0.6B``) and the commit of it that `path` holds. A downloaded adapter names
+    # its base model by `hub_id`, else by `id`: never by `path`, a directory on the trainer's disk.
+    hub_id: str | None = None
+    hub_revision: str | None = None
     modality: Modality = "text"
     context_length: int = Field(2048, ge=16)
     status: Literal["available", "disabled"] = "available"
     envelopes: list[Envelope] = Field(default_factory=list)
+
+    @property
+    def public_name(self) -> str:
+        """How a downloaded adapter names its base model (`base_model_name_or_path`)."""
+        return self.hub_id or self.id
 
     def methods(self, engine: str, image_text_rl: bool) -> list[str]:
         """Methods this model admits under `engine`, in sft, grpo, gspo order.

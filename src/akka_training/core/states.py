@@ -54,3 +54,23 @@ class Request(StrEnum):
     def pause(cls, checkpoint: str) -> Request:
         """The pause request for ``--checkpoint save|latest``."""
         return cls(f"pause-{checkpoint}")
+
+
+class TaskState(StrEnum):
+    """A task (a job on the cluster that is not a training run: a merge, an evaluation, ...).
+
+    PENDING: not launched yet (or waiting to retry a launch); RUNNING: the backend took its
+    job; SUCCEEDED (its result is stored), FAILED (`failure` says why), CANCELLED."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL_TASK_STATES: tuple[TaskState, ...] = (
+    TaskState.SUCCEEDED,
+    TaskState.FAILED,
+    TaskState.CANCELLED,
+)

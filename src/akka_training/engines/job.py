@@ -5,8 +5,9 @@ directory is the attempt's job directory (artifacts go under ``./artifacts``). O
 
 1. setup: report `started` with the placement (host, pid, pod, node, GPUs), open the job's
    telemetry (metrics.jsonl, TensorBoard, OTLP when configured) and its root span, start the
-   stall watchdog, and pick the engine for the run's method and engine from the registry
-   (`akka_training.engines.engine.ENGINES`: TRL for sft, grpo and gspo, verl for grpo and gspo);
+   stall watchdog, pick the engine for the run's method and engine from the registry
+   (`akka_training.engines.engine.ENGINES`: TRL for sft, grpo and gspo, verl for grpo and gspo),
+   and store the run's tokenizer beside its adapters (`tokenizer_files`);
 2. train: run the engine (the `Engine` protocol); it reports `training`, every step, snapshot
    and rollout, and obeys the service's directives;
 3. end (`run_engine`, the same for every engine): report `stopped` when the engine was told to
@@ -37,6 +38,7 @@ from akka_training.engines.failures import classify_failure
 from akka_training.engines.offline import stay_offline
 from akka_training.engines.reporter import HttpReporter, StaleAttempt
 from akka_training.engines.snapshots import upload_adapter
+from akka_training.engines.tokenizer_files import store_tokenizer
 from akka_training.engines.watchdog import StallWatchdog
 from akka_training.telemetry import catalog as names
 from akka_training.telemetry.job_metrics import JobTelemetry
@@ -146,7 +148,10 @@ def _setup(job: JobContext) -> Engine:
         on_stall=job.telemetry.stalled,
     )
     job.watchdog.start()
-    return load_engine(spec.settings.method, spec.settings.engine)
+    engine = load_engine(spec.settings.method, spec.settings.engine)
+    # Kept beside the run's adapters, which leave the trainer with it (`runs download`).
+    store_tokenizer(job.store, spec.run_id, spec.settings.base_model)
+    return engine
 
 
 def _report_failure(job: JobContext, exc: Exception) -> int:

@@ -18,6 +18,7 @@ from akka_training.server.errors import install_error_handlers
 from akka_training.server.observability import Observability
 from akka_training.server.openapi import document
 from akka_training.server.routers import (
+    adapters,
     bundles,
     capacity,
     catalog,
@@ -28,12 +29,26 @@ from akka_training.server.routers import (
     projects,
     runs,
     system,
+    tasks,
 )
 from akka_training.server.services.pipelines import advance_all
 
 log = logging.getLogger(__name__)
 
-ROUTERS = (system, projects, catalog, capacity, datasets, bundles, runs, pipelines, jobs, grafana)
+ROUTERS = (
+    system,
+    projects,
+    catalog,
+    capacity,
+    datasets,
+    bundles,
+    runs,
+    adapters,
+    pipelines,
+    jobs,
+    tasks,
+    grafana,
+)
 
 
 class TrainerApp(FastAPI):

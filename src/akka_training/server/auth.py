@@ -21,14 +21,15 @@ _TOUCH_EVERY = timedelta(seconds=60)
 class Principal:
     token_id: str
     name: str
-    kind: str  # admin | project | access | job
+    kind: str  # admin | project | access | job | task
     projects: tuple[str, ...] | None  # None: every project
     run_id: str | None = None
     attempt: int | None = None
+    task_id: str | None = None
 
     @property
     def is_admin(self) -> bool:
-        return self.projects is None and self.kind != "job"
+        return self.projects is None and self.kind not in ("job", "task")
 
     def can(self, project: str) -> bool:
         return self.projects is None or project in self.projects
@@ -36,6 +37,8 @@ class Principal:
     def require(self, project: str) -> None:
         if self.kind == "job":
             raise Forbidden("A job token can only report for its own run.")
+        if self.kind == "task":
+            raise Forbidden("A task token can only report for its own task.")
         if not self.can(project):
             raise Forbidden(
                 f"This token has no access to project {project!r}; use a token of that "
@@ -72,4 +75,6 @@ def authenticate(session: Session, secret: str) -> Principal:
         if parent is None or parent.revoked_at is not None:
             raise Unauthorized("The login behind this token was revoked; log in again.")
         projects = None if parent.kind == "admin" else tuple(parent.projects or ())
-    return Principal(token.id, token.name, token.kind, projects, token.run_id, token.attempt)
+    return Principal(
+        token.id, token.name, token.kind, projects, token.run_id, token.attempt, token.task_id
+    )

@@ -21,7 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from akka_training.core.states import AttemptState, ClaimState
+from akka_training.core.states import AttemptState, ClaimState, TaskState
 
 
 def utcnow() -> datetime:
@@ -62,7 +62,7 @@ class Project(Base):
 
 class Token(Base):
     """A credential. `kind`: admin (every project), project (the listed ones), access (a
-    short-lived token exchanged from a login), job (one attempt of one run)."""
+    short-lived token exchanged from a login), job (one attempt of one run), task (one task)."""
 
     __tablename__ = "tokens"
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -72,6 +72,7 @@ class Token(Base):
     projects: Mapped[list[Any]] = mapped_column(default=list)
     run_id: Mapped[str | None] = mapped_column(String(32))
     attempt: Mapped[int | None] = mapped_column(Integer)
+    task_id: Mapped[str | None] = mapped_column(String(32))
     parent_id: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column()
@@ -280,6 +281,42 @@ class Event(Base):
     kind: Mapped[str] = mapped_column(String(32))
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class Task(Base):
+    """A job on the cluster that is not a training run (`core.tasks`). `key` names what the
+    task makes (``merge:RUN:final``), so that asking twice finds the first task."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (Index("ix_tasks_state", "state"), Index("ix_tasks_key", "key"))
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name"), index=True)
+    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"), index=True)
+    key: Mapped[str | None] = mapped_column(String(256))
+    # The pool whose nodes run the task's job (on Ray: where the base model's files are).
+    pool: Mapped[str] = mapped_column(String(64))
+    params: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    state: Mapped[str] = mapped_column(String(16), default=TaskState.PENDING)
+    requested: Mapped[str | None] = mapped_column(String(16))  # cancel
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    launch_tries: Mapped[int] = mapped_column(Integer, default=0)
+    next_try_at: Mapped[datetime | None] = mapped_column()
+    last_error: Mapped[str | None] = mapped_column(Text)
+    stop_sent: Mapped[bool] = mapped_column(Boolean, default=False)
+    placement: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The latest progress report: {message, done, total}.
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Set when the job reported its end (finished, failed): the controller then only waits
+    # for the job to exit.
+    reported: Mapped[bool] = mapped_column(Boolean, default=False)
+    failure: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    launched_at: Mapped[datetime | None] = mapped_column()
+    started_at: Mapped[datetime | None] = mapped_column()
+    heartbeat_at: Mapped[datetime | None] = mapped_column()
+    ended_at: Mapped[datetime | None] = mapped_column()
 
 
 class Lease(Base):

@@ -1,4 +1,4 @@
-"""Minting tokens: the first admin token and the token of each job attempt. The request path
+"""Minting tokens: the first admin token, the token of each job attempt and of each task. The request path
 (`server/services/tokens.py`) and the controller (`controller/launch.py`) both mint, so the
 minting lives here, beside the rows it writes."""
 
@@ -27,6 +27,22 @@ def create_job_token(session: Session, run_id: str, attempt: int, project: str) 
             projects=[project],
             run_id=run_id,
             attempt=attempt,
+        )
+    )
+    return secret
+
+
+def create_task_token(session: Session, task_id: str, project: str) -> str:
+    """A token that reports for one task and does nothing else."""
+    secret = new_secret()
+    session.add(
+        Token(
+            id=new_id("k"),
+            name=f"task {task_id}",
+            kind="task",
+            hash=hash_secret(secret),
+            projects=[project],
+            task_id=task_id,
         )
     )
     return secret

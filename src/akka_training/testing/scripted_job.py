@@ -39,6 +39,9 @@ from akka_training.core.reports import (
 from akka_training.core.resolved import JobSpec
 from akka_training.engines.reporter import HttpReporter
 
+# A safetensors file that holds no tensors: its 8-byte header length, then the header `{}`.
+EMPTY_SAFETENSORS = (2).to_bytes(8, "little") + b"{}"
+
 
 def main(path: str) -> int:
     spec = JobSpec.model_validate(json.loads(Path(path).read_text()))
@@ -112,8 +115,10 @@ def main(path: str) -> int:
             _snapshot(spec, blobs, reporter, step)
     adapter = blobkeys.adapter_prefix(spec.run_id)
     blobs.put_bytes(
-        f"{adapter}adapter_config.json", json.dumps({"scripted": True, "step": step}).encode()
+        f"{adapter}adapter_config.json",
+        json.dumps({"scripted": True, "step": step, "r": 8, "lora_alpha": 16}).encode(),
     )
+    blobs.put_bytes(f"{adapter}adapter_model.safetensors", EMPTY_SAFETENSORS)
     reporter.finished(
         FinishedReport(
             adapter=adapter, step=step, adapter_modules=["model.layers.0.self_attn.q_proj"]
@@ -126,6 +131,7 @@ def main(path: str) -> int:
 def _snapshot(spec: JobSpec, blobs: object, reporter: HttpReporter, step: int) -> None:
     keys = blobkeys.snapshot_keys(spec.run_id, step)
     blobs.put_bytes(f"{keys.weights}adapter_config.json", json.dumps({"step": step}).encode())  # type: ignore[attr-defined]
+    blobs.put_bytes(f"{keys.weights}adapter_model.safetensors", EMPTY_SAFETENSORS)  # type: ignore[attr-defined]
     blobs.put_bytes(f"{keys.training_state}state.json", json.dumps({"step": step}).encode())  # type: ignore[attr-defined]
     reporter.snapshot(
         SnapshotReport(

@@ -137,6 +137,10 @@ class LocalBackend(Backend):
             for name, count in self._pools.items()
         }
 
+    def sees_path(self, path: str) -> bool | None:
+        # Jobs run on this host: they read what this process reads.
+        return Path(path).exists()
+
     def _alive(self, handle: dict[str, Any]) -> bool:
         try:
             proc = psutil.Process(handle["pid"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -66,18 +66,23 @@ def _print_envelopes(rows: list[CatalogEnvelope]) -> None:
 
 
 def _print_model(m: BaseModelDetail) -> None:
-    details(
-        [
-            ("ID", m.id),
-            ("Status", m.status),
-            ("Path", m.path),
-            ("Revision", m.revision),
-            ("Context length", m.context_length),
-            ("Modality", m.modality),
-            ("Engine", m.engine),
-            ("Methods", m.methods),
-        ]
-    )
+    rows: list[tuple[str, Any]] = [
+        ("ID", m.id),
+        ("Status", m.status),
+        ("Path", m.path),
+        ("Revision", m.revision),
+    ]
+    if m.hub_id:
+        rows.append(
+            ("Hub id", m.hub_id + (f" (revision {m.hub_revision})" if m.hub_revision else ""))
+        )
+    rows += [
+        ("Context length", m.context_length),
+        ("Modality", m.modality),
+        ("Engine", m.engine),
+        ("Methods", m.methods),
+    ]
+    details(rows)
     print()
     section("Methods by engine")
     table(["ENGINE", "METHODS"], [[e, ms] for e, ms in m.methods_by_engine.items()], indent="  ")

@@ -27,6 +27,8 @@ def get_model(ctx: AppContext, model_id: str) -> dict[str, Any]:
         "status": m.status,
         "path": m.path,
         "revision": m.revision,
+        **({"hubId": m.hub_id} if m.hub_id else {}),
+        **({"hubRevision": m.hub_revision} if m.hub_revision else {}),
         "contextLength": m.context_length,
         "modality": m.modality,
         "engine": ctx.engine,

@@ -1,0 +1,182 @@
+"""`akka training runs download` and `runs export --merged`: a run's adapter, or the merged
+model a merge task makes on the cluster, written into a directory in the Hugging Face layout
+(streamed from the trainer a file at a time, with a progress bar, every sha256 checked).
+Registered on the `runs` group."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from akka_training.cli.output import emit, human_bytes, table
+from akka_training.cli.state import state
+from akka_training.core.downloads import download_directory
+from akka_training.core.errors import AkkaError, InvalidRequest
+
+if TYPE_CHECKING:
+    from akka_training.api.adapters import Downloaded
+    from akka_training.api.tasks import TaskRecord
+
+# Smaller downloads finish before a bar would be worth drawing.
+PROGRESS_MIN_BYTES = 4 * 1024 * 1024
+
+
+def download(
+    run: str,
+    snapshot: str = typer.Option(
+        None, "--snapshot", help="A snapshot's weights (step-N) instead of the final adapter."
+    ),
+    directory: str = typer.Option(
+        None,
+        "-d",
+        "--dir",
+        help="Where to write (default: ./<modelName or run id>[-<snapshot>]). A non-empty "
+        "directory is refused unless --force.",
+    ),
+) -> None:
+    """Download a run's adapter in the Hugging Face layout, for PEFT and vLLM.
+
+    Writes adapter_config.json, adapter_model.safetensors, the tokenizer and chat template the
+    run trained with, README.md (the model card) and training_settings.json."""
+    client = state.client()
+    manifest = client.adapter_manifest(run, snapshot)
+    target = Path(directory) if directory else Path.cwd() / manifest.directory
+    refuse_unless_empty(target)
+    with transfer_bar(manifest.total_bytes) as advance:
+        written = client.download_manifest(
+            manifest, target, overwrite=state.force, progress=advance
+        )
+    emit(written, print_written)
+
+
+def export(
+    run: str,
+    merged: bool = typer.Option(
+        False, "--merged", help="Merge the adapter into the base model (merge_and_unload)."
+    ),
+    snapshot: str = typer.Option(None, "--snapshot", help="Merge a snapshot's weights (step-N)."),
+    directory: str = typer.Option(
+        None,
+        "-d",
+        "--dir",
+        help="Where to write (default: ./<modelName or run id>[-<snapshot>]-merged). A "
+        "non-empty directory is refused unless --force.",
+    ),
+    timeout: float = typer.Option(
+        None, "--timeout", help="Give up waiting for the merge after this many seconds."
+    ),
+) -> None:
+    """Export a run as a merged full model (--merged), in safetensors.
+
+    The merge runs as a task on the training cluster; its result (weights, config, tokenizer,
+    model card) is then downloaded like an adapter."""
+    if not merged:
+        raise InvalidRequest(
+            "runs export writes a merged model: add --merged (`akka training runs download` "
+            "gives the adapter itself)."
+        )
+    client = state.client()
+    if directory:
+        target = Path(directory)
+    else:
+        record = client.run(run)
+        target = Path.cwd() / download_directory(record.model_name or record.id, snapshot, True)
+    refuse_unless_empty(target)
+    task = client.merge_run(run, snapshot)
+    for update in client.wait_task(task.id, timeout=timeout):
+        task = update
+        _say_progress(update)
+    if task.state != "SUCCEEDED":
+        if task.state in ("FAILED", "CANCELLED"):
+            reason = task.failure or f"the task was {task.state}"
+            raise AkkaError(f"The merge of run {run} {task.state} (task {task.id}): {reason}")
+        raise AkkaError(
+            f"The merge of run {run} is still {task.state} after {timeout:g} s; it goes on: "
+            f"follow it with `akka training tasks get {task.id}`, or run this again."
+        )
+    manifest = client.merged_manifest(run, snapshot)
+    with transfer_bar(manifest.total_bytes) as advance:
+        written = client.download_manifest(
+            manifest, target, overwrite=state.force, progress=advance, task=task.id
+        )
+    emit(written, print_written)
+
+
+def refuse_unless_empty(target: Path) -> None:
+    """`--force` is the one way to write into a directory that holds files."""
+    if target.exists() and not target.is_dir():
+        raise InvalidRequest(f"{target} is a file; give a directory with -d.")
+    if target.is_dir() and any(target.iterdir()) and not state.force:
+        raise InvalidRequest(
+            f"{target} is not empty: give another directory with -d, or add --force to write "
+            "over the files of the same names."
+        )
+
+
+def print_written(d: Downloaded) -> None:
+    what = "merged model" if d.kind == "merged" else "adapter"
+    source = f"snapshot {d.snapshot}" if d.snapshot else f"final {what}"
+    print(
+        f"Wrote the {source} of run {d.run} (step {d.step}) to {d.directory}: "
+        f"{len(d.files)} files, {human_bytes(d.total_bytes)}, every sha256 checked."
+    )
+    print(f"Base model: {d.base_model_name_or_path}")
+    print()
+    table(
+        ["FILE", "BYTES", "SHA256"],
+        [[f.path, human_bytes(f.bytes), f.sha256[:16]] for f in d.files],
+    )
+
+
+def _say_progress(task: TaskRecord) -> None:
+    if state.output != "text" or state.quiet:
+        return
+    line = f"merge {task.id}: {task.state}"
+    progress = task.progress
+    if progress is not None and task.state == "RUNNING":
+        line += f", {progress.message}"
+        if progress.total:
+            line += f" ({human_bytes(progress.done or 0)} of {human_bytes(progress.total)})"
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def transfer_bar(size: int) -> Iterator[Callable[[int], None] | None]:
+    """A bar with bytes and rate on stderr, for people: only on a terminal, without -q, in text
+    output, and for downloads big enough to take a moment."""
+    show = (
+        state.output == "text"
+        and not state.quiet
+        and sys.stderr.isatty()
+        and size >= PROGRESS_MIN_BYTES
+    )
+    if not show:
+        yield None
+        return
+    # Imported here: rich's progress machinery is only worth loading for a long download.
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = Console(stderr=True, no_color=state.no_color)
+    columns = [
+        TextColumn("downloading"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    ]
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("download", total=size)
+        yield lambda n: bar.advance(task, n)

@@ -1,0 +1,46 @@
+"""Tasks: jobs the trainer runs on its cluster that are not training runs (a merge)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from akka_training.api.tasks import TaskRecord
+from akka_training.client.base import BaseClient
+
+# A task in one of these states has ended.
+TASK_ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+class TasksApi(BaseClient):
+    def task(self, task_id: str) -> TaskRecord:
+        return self.call(TaskRecord, "GET", f"/v1/tasks/{task_id}")
+
+    def tasks(
+        self, project: str | None = None, run: str | None = None, limit: int = 100
+    ) -> list[TaskRecord]:
+        """Tasks, newest first; `run` keeps the tasks of one run."""
+        params = {"project": project, "run": run, "limit": limit}
+        return self.call(list[TaskRecord], "GET", "/v1/tasks", params=params)
+
+    def cancel_task(self, task_id: str) -> TaskRecord:
+        return self.call(TaskRecord, "POST", f"/v1/tasks/{task_id}/cancel")
+
+    def wait_task(
+        self, task_id: str, timeout: float | None = None, interval: float = 0.5
+    ) -> Iterator[TaskRecord]:
+        """The task each time its state or progress changes, until it ends (the last one
+        yielded) or `timeout` seconds pass."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        seen = None
+        while True:
+            task = self.call(TaskRecord, "GET", f"/v1/tasks/{task_id}")
+            now = (task.state, task.progress.to_json() if task.progress else None)
+            if now != seen:
+                seen = now
+                yield task
+            if task.state in TASK_ENDED:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            time.sleep(interval)

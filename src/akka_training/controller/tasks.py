@@ -1,0 +1,250 @@
+"""Tasks (`core.tasks`): each pass launches the pending ones through the backend and watches
+the running ones, like a run's attempts but simpler: a task holds no claim (it needs no
+devices; its job runs on the CPUs of a node of its pool), has one attempt, and ends by its own
+report (SUCCEEDED, FAILED) or, when its job exits without one, FAILED with the job's last
+words. A cancel stops the job and ends the task once the job is gone.
+
+`decide` is the pure part (a view and what the cluster said in, a `TaskDecision` out);
+`reconcile_tasks` loads, decides and applies, each in its own short transaction, with every
+cluster call outside them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+
+from akka_training.backends.base import (
+    ClusterUnreachable,
+    JobStatus,
+    LaunchRefused,
+    LaunchRequest,
+)
+from akka_training.controller.views import Limits
+from akka_training.core.states import TaskState
+from akka_training.core.tasks import TOKEN_ENV, TaskSpec
+from akka_training.deployment.context import AppContext
+from akka_training.storage.models import Task
+from akka_training.storage.tokens import create_task_token
+
+log = logging.getLogger(__name__)
+
+TASK_JOB = "akka_training.engines.tasks.job"
+# A task has one attempt: the same pair (task id, 1) always names its one job.
+ATTEMPT = 1
+
+
+@dataclass(frozen=True)
+class TaskView:
+    id: str
+    state: str
+    requested: str | None
+    handle: dict[str, Any] | None
+    launch_tries: int
+    next_try_at: datetime | None
+    reported: bool
+    stop_sent: bool
+
+
+@dataclass(frozen=True)
+class TaskDecision:
+    launch: bool = False
+    stop_job: bool = False
+    # End the task in this state with this sentence (FAILED) and detail.
+    end: TaskState | None = None
+    failure: str | None = None
+    detail: str | None = None
+
+
+def decide(view: TaskView, status: JobStatus | None, log_tail: str, now: datetime) -> TaskDecision:
+    """What to do for one open task this pass. `status` is None when the job was not asked
+    about (not launched) or the cluster did not answer."""
+    cancelling = view.requested == "cancel"
+    if view.state == TaskState.PENDING and view.handle is None:
+        if cancelling:
+            return TaskDecision(end=TaskState.CANCELLED)
+        if view.next_try_at is None or view.next_try_at <= now:
+            return TaskDecision(launch=True)
+        return TaskDecision()
+    if status is None:
+        return TaskDecision()
+    gone = status.state in ("exited", "missing")
+    if not gone:
+        if cancelling and not view.stop_sent:
+            return TaskDecision(stop_job=True)
+        return TaskDecision()
+    if view.reported:
+        return TaskDecision()  # its report ended it; the job is gone too
+    if cancelling:
+        return TaskDecision(end=TaskState.CANCELLED)
+    return TaskDecision(
+        end=TaskState.FAILED,
+        failure="this task's job ended without reporting its result ("
+        + _how(status)
+        + "); its last lines of output are in the detail",
+        detail=_last_lines(log_tail, 15) or None,
+    )
+
+
+def reconcile_tasks(ctx: AppContext, limits: Limits) -> None:
+    """One pass over every open task."""
+    with ctx.db.session() as session:
+        views = [
+            _view(t)
+            for t in session.scalars(
+                select(Task).where(Task.state.in_([TaskState.PENDING, TaskState.RUNNING]))
+            )
+        ]
+    for view in views:
+        try:
+            _reconcile(ctx, view, limits)
+        except Exception:
+            log.exception("reconciling task %s failed", view.id)
+
+
+def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
+    """The launch request of a pending task, with a fresh token; None if it moved on."""
+    settings = ctx.settings
+    ray = settings.trainer.ray if settings.trainer.backend == "ray" else None
+    with ctx.db.session() as session:
+        task = session.get(Task, task_id)
+        if task is None or task.state != TaskState.PENDING or task.handle is not None:
+            return None
+        token = create_task_token(session, task.id, task.project)
+        spec = TaskSpec(
+            task_id=task.id,
+            kind=task.kind,
+            project=task.project,
+            run_id=task.run_id,
+            trainer_url=(ray.trainer_url if ray and ray.trainer_url else settings.trainer_url),
+            storage_url=(ray.storage_url if ray and ray.storage_url else settings.storage_url),
+            params=task.params,
+        )
+        return LaunchRequest(
+            run_id=task.id,
+            attempt=ATTEMPT,
+            pool=task.pool,
+            devices=0,
+            device_ids=[],
+            job_spec=spec.to_json(),
+            # No devices: the job sees no GPU even on a node that has some.
+            env={TOKEN_ENV: token, "CUDA_VISIBLE_DEVICES": ""},
+            entry_module=TASK_JOB,
+        )
+
+
+# --- applying ------------------------------------------------------------------------------------
+
+
+def _reconcile(ctx: AppContext, view: TaskView, limits: Limits) -> None:
+    now = datetime.now(UTC)
+    status: JobStatus | None = None
+    tail = ""
+    if view.handle is not None:
+        try:
+            status = ctx.backend.status(view.handle)
+            if status.state != "running" and not view.reported:
+                tail, _ = ctx.backend.logs(view.handle, -16384)
+                tail = f"{tail}\n{status.detail}" if status.detail else tail
+        except ClusterUnreachable:
+            status = None
+    decision = decide(view, status, tail, now)
+    if decision.launch:
+        _launch(ctx, view, limits)
+    elif decision.stop_job and view.handle is not None:
+        try:
+            ctx.backend.stop(view.handle, limits.stop_grace_seconds)
+        except ClusterUnreachable:
+            return
+        with ctx.db.session() as session:
+            task = session.get(Task, view.id)
+            if task is not None:
+                task.stop_sent = True
+    elif decision.end is not None:
+        with ctx.db.session() as session:
+            task = session.get(Task, view.id, with_for_update=True)
+            if task is None or task.state != view.state or task.reported:
+                return
+            task.state = decision.end
+            task.failure = decision.failure
+            task.last_error = decision.detail or task.last_error
+            task.requested = None
+            task.ended_at = now
+
+
+def _launch(ctx: AppContext, view: TaskView, limits: Limits) -> None:
+    request = prepare_task_launch(ctx, view.id)
+    if request is None:
+        return
+    try:
+        handle = ctx.backend.launch(request)
+    except (LaunchRefused, ClusterUnreachable) as exc:
+        log.warning("launch of task %s failed: %s", view.id, exc)
+        _launch_failed(ctx, view.id, str(exc), limits)
+        return
+    with ctx.db.session() as session:
+        task = session.get(Task, view.id, with_for_update=True)
+        if task is None:
+            return
+        task.handle = handle
+        task.launch_tries += 1
+        task.launched_at = datetime.now(UTC)
+        if task.state == TaskState.PENDING:
+            task.state = TaskState.RUNNING
+            return
+    # Cancelled while it was being launched: its job must not run on.
+    try:
+        ctx.backend.stop(handle, limits.stop_grace_seconds)
+    except ClusterUnreachable:
+        log.warning("task %s was cancelled while launching; its job could not be stopped", view.id)
+
+
+def _launch_failed(ctx: AppContext, task_id: str, error: str, limits: Limits) -> None:
+    now = datetime.now(UTC)
+    with ctx.db.session() as session:
+        task = session.get(Task, task_id, with_for_update=True)
+        if task is None or task.state != TaskState.PENDING:
+            return
+        task.launch_tries += 1
+        task.last_error = error
+        if task.launch_tries > limits.start_retries:
+            tries = f"{task.launch_tries} {'try' if task.launch_tries == 1 else 'tries'}"
+            task.state = TaskState.FAILED
+            task.failure = (
+                f"this task's job could not be started on the training cluster ({tries}; the "
+                f"last one said: {error})"
+            )
+            task.ended_at = now
+            return
+        delay = limits.retry_base_seconds * 2 ** (task.launch_tries - 1)
+        task.next_try_at = now + timedelta(seconds=delay)
+
+
+def _view(task: Task) -> TaskView:
+    return TaskView(
+        id=task.id,
+        state=task.state,
+        requested=task.requested,
+        handle=task.handle,
+        launch_tries=task.launch_tries,
+        next_try_at=task.next_try_at,
+        reported=task.reported,
+        stop_sent=task.stop_sent,
+    )
+
+
+def _how(status: JobStatus) -> str:
+    if status.state == "missing":
+        return "the cluster lost it"
+    if status.signal:
+        return f"signal {status.signal}"
+    return f"exit code {status.exit_code}"
+
+
+def _last_lines(text: str, n: int) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[-n:])

@@ -1,0 +1,13 @@
+"""Tasks on the cluster that are not training runs (`akka_training.core.tasks`): the entry
+point every task's job runs (`job`), its reporter, and one module per kind of task (`merge`).
+
+Register a kind in `TASKS` as ``"module:function"``; the function takes a `TaskContext` and
+returns the task's result (a JSON mapping), or raises `TaskError` with the sentence the user
+reads.
+"""
+
+from __future__ import annotations
+
+TASKS: dict[str, str] = {
+    "merge": "akka_training.engines.tasks.merge:merge",
+}

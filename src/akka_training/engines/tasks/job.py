@@ -1,0 +1,102 @@
+"""A task's job: ``python -m akka_training.engines.tasks.job TASK_JSON``.
+
+TASK_JSON holds the `TaskSpec`; the task's token is in ``AKKA_TASK_TOKEN``; the working
+directory is the task's job directory. One flow: report `started` with the placement, run the
+kind's function (`TASKS`), then send the one end report: `finished` with its result, or
+`failed` with the sentence of the `TaskError` it raised (any other exception is reported with
+its type and message). A cancelled task stops quietly. Exit status 0 finished or cancelled,
+1 failed, 2 unusable arguments.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from akka_training.blobstore import open_blob_store
+from akka_training.core.tasks import TOKEN_ENV, TaskSpec
+from akka_training.engines.offline import stay_offline
+from akka_training.engines.tasks import TASKS
+from akka_training.engines.tasks.context import TaskContext, TaskError
+from akka_training.engines.tasks.reporter import TaskCancelled, TaskReporter
+from akka_training.telemetry.placement import detect_placement
+
+log = logging.getLogger("akka_training.task")
+
+TaskFunction = Callable[[TaskContext], dict[str, Any]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m akka_training.engines.tasks.job TASK_JSON", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        print(f"{TOKEN_ENV} is not set: the task cannot report to the service", file=sys.stderr)
+        return 2
+    spec = TaskSpec.model_validate_json(Path(args[0]).read_text())
+    reporter = TaskReporter(spec.trainer_url, spec.task_id, token)
+    try:
+        return run_task(spec, reporter, Path.cwd())
+    finally:
+        reporter.close()
+
+
+def run_task(spec: TaskSpec, reporter: TaskReporter, workdir: Path) -> int:
+    """Run the task under `spec`, reporting through `reporter`; the exit status."""
+    stay_offline()
+    try:
+        reporter.started(detect_placement())
+        function = load_task(spec.kind)
+        task = TaskContext(spec, reporter, open_blob_store(spec.storage_url), workdir)
+        result = function(task)
+    except TaskCancelled:
+        log.warning("the task was cancelled; stopping")
+        return 0
+    except TaskError as exc:
+        log.error("task %s failed: %s", spec.task_id, exc.message)
+        return _failed(reporter, exc.message, exc.detail)
+    except Exception as exc:
+        log.exception("task %s failed", spec.task_id)
+        first = (str(exc).strip().splitlines() or [""])[0]
+        message = f"the {spec.kind} task failed: {type(exc).__name__}: {first}"[:500]
+        return _failed(reporter, message, traceback.format_exc()[-4000:])
+    try:
+        reporter.finished(result)
+    except TaskCancelled:
+        return 0
+    return 0
+
+
+def load_task(kind: str) -> TaskFunction:
+    path = TASKS.get(kind)
+    if path is None:
+        raise TaskError(
+            f"this job knows no task {kind!r} (it runs {', '.join(sorted(TASKS))}): the "
+            "cluster's akka-training is older than the service's"
+        )
+    module, name = path.split(":")
+    function: TaskFunction = getattr(importlib.import_module(module), name)
+    return function
+
+
+def _failed(reporter: TaskReporter, message: str, detail: str | None) -> int:
+    try:
+        reporter.failed(message, detail)
+    except TaskCancelled:
+        return 0
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""How a task's job reports to the service: each report is posted when it is made (a task
+reports a handful of times), retried with back-off while the service does not answer.
+
+An answer of 409 (the service no longer runs this task) or a ``stop`` directive (it was
+cancelled) raises `TaskCancelled`, which ends the job quietly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import httpx
+
+from akka_training.core.reports import Placement
+from akka_training.core.tasks import (
+    TaskFailedReport,
+    TaskFinishedReport,
+    TaskProgressReport,
+    TaskStartedReport,
+)
+
+log = logging.getLogger(__name__)
+
+
+class TaskCancelled(Exception):
+    """The service told the task to stop (cancelled), or no longer knows it as running."""
+
+
+class ReportNotDelivered(Exception):
+    pass
+
+
+class TaskReporter:
+    def __init__(self, trainer_url: str, task_id: str, token: str, patience: float = 300.0):
+        self._base = f"{trainer_url.rstrip('/')}/v1/tasks/{task_id}/reports"
+        self._client = httpx.Client(
+            headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(30.0)
+        )
+        self._patience = patience
+
+    def started(self, placement: Placement) -> None:
+        self._post("started", TaskStartedReport(placement=placement).to_json())
+
+    def progress(self, message: str, done: float | None = None, total: float | None = None) -> None:
+        self._post(
+            "progress", TaskProgressReport(message=message, done=done, total=total).to_json()
+        )
+
+    def finished(self, result: dict[str, Any]) -> None:
+        self._post("finished", TaskFinishedReport(result=result).to_json())
+
+    def failed(self, message: str, detail: str | None = None) -> None:
+        self._post("failed", TaskFailedReport(message=message, detail=detail).to_json())
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _post(self, kind: str, body: dict[str, Any]) -> None:
+        deadline = time.monotonic() + self._patience
+        delay = 0.2
+        while True:
+            try:
+                response = self._client.post(f"{self._base}/{kind}", json=body)
+            except (httpx.LocalProtocolError, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+                raise ReportNotDelivered(f"the {kind} report cannot be sent: {exc}") from exc
+            except httpx.HTTPError as exc:
+                error = str(exc) or type(exc).__name__
+            else:
+                if response.status_code == 409:
+                    raise TaskCancelled(response.text[:500])
+                if response.status_code < 300:
+                    if response.json().get("action") == "stop" and kind != "finished":
+                        raise TaskCancelled("the task was cancelled")
+                    return
+                if response.status_code < 500:
+                    raise ReportNotDelivered(
+                        f"the service refused the {kind} report: HTTP {response.status_code} "
+                        f"{response.text[:500]}"
+                    )
+                error = f"HTTP {response.status_code}"
+            if time.monotonic() > deadline:
+                raise ReportNotDelivered(f"the service did not take the {kind} report: {error}")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
