@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import text
 
 from akka_training.core.documents import deep_merge
+from akka_training.devmodels.catalog import all_built
 from akka_training.storage.db import Database
 from akka_training.storage.models import Base
 from akka_training.testing.app import InProcessTrainer
@@ -76,6 +77,8 @@ def dev_models() -> Path:
     runs on this machine: the builder skips models it already built)."""
     target = Path(os.environ.get("AKKA_TEST_MODELS", REPO / ".cache" / "devmodels"))
     target.mkdir(parents=True, exist_ok=True)
+    if all_built(target):
+        return target
     builder = sys.modules.get("akka_training.devmodels.build")
     if builder is not None:
         # The training stack is loaded here already (a test module imported the builder): checking

@@ -14,6 +14,7 @@ import pytest
 
 from akka_training.core.catalog import CatalogModel
 from akka_training.devmodels.build import BUILDER_VERSION, build_dev_models, directory_revision
+from akka_training.devmodels.catalog import all_built
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -39,7 +40,9 @@ def test_building_twice_gives_identical_files(tmp_path: Path) -> None:
 
 
 def test_a_built_model_is_kept_and_an_outdated_one_rebuilt(tmp_path: Path) -> None:
+    assert not all_built(tmp_path)
     build_dev_models(tmp_path)
+    assert all_built(tmp_path)
     weights = tmp_path / "tiny-chat" / "model.safetensors"
     before = weights.stat().st_mtime_ns
 
@@ -49,6 +52,7 @@ def test_a_built_model_is_kept_and_an_outdated_one_rebuilt(tmp_path: Path) -> No
     marker = tmp_path / "tiny-chat" / "akka-devmodel.json"
     outdated = json.loads(marker.read_text()) | {"builder": BUILDER_VERSION - 1}
     marker.write_text(json.dumps(outdated))
+    assert not all_built(tmp_path)
     (tmp_path / "tiny-chat" / "leftover.txt").write_text("from the old build")
     entries = build_dev_models(tmp_path)
 

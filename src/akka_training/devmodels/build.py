@@ -38,6 +38,7 @@ from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImagePr
 from transformers.utils import logging as hf_logging
 
 from akka_training.devmodels.catalog import (
+    BUILDER_VERSION,
     CONTEXT_LENGTH,
     MARKER,
     catalog_entry,
@@ -50,8 +51,6 @@ from akka_training.devmodels.tokenizer import (
     wrap_tokenizer,
 )
 
-# Bump when anything a build writes changes: a directory built by another version is rebuilt.
-BUILDER_VERSION = 2
 SEED = 1234
 # Pixels per side of the images the vision model takes (a processor resizes any image to it).
 IMAGE_SIZE = 32

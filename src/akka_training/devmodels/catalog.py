@@ -10,6 +10,8 @@ from typing import Any
 MARKER = "akka-devmodel.json"
 CONTEXT_LENGTH = 2048
 DEV_MODEL_IDS: tuple[str, ...] = ("tiny-chat", "tiny-vision")
+# Bump when anything a build writes changes: a directory built by another version is rebuilt.
+BUILDER_VERSION = 2
 
 
 def catalog_entry(model_id: str, path: Path, revision: str, modality: str) -> dict[str, Any]:
@@ -46,6 +48,19 @@ def catalog_entry(model_id: str, path: Path, revision: str, modality: str) -> di
         "contextLength": CONTEXT_LENGTH,
         "envelopes": envelopes,
     }
+
+
+def all_built(directory: Path) -> bool:
+    """Whether every development model under `directory` was built by this `BUILDER_VERSION`:
+    then a build would keep them all, and a caller can skip importing the training stack."""
+    for model_id in DEV_MODEL_IDS:
+        try:
+            marker = json.loads((directory / model_id / MARKER).read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(marker, dict) or marker.get("builder") != BUILDER_VERSION:
+            return False
+    return True
 
 
 def read_catalog(directory: Path) -> list[dict[str, Any]]:
