@@ -36,6 +36,10 @@ class BlobStore(abc.ABC):
 
     url: str
 
+    def check(self) -> None:
+        """Reach the store once; `StoreUnreachable` (naming the URL and the settings) when it
+        cannot be reached."""
+
     @abc.abstractmethod
     def writer(self, key: str) -> BlobWriter:
         """Start writing the blob `key`; replaces an existing blob on commit."""
