@@ -208,6 +208,16 @@ class Controller(_Section):
     unreachable_seconds: float = Field(120.0, ge=0)
 
 
+class Bootstrap(_Section):
+    # The first admin token, given (a deployment's Secret): registered at start-up when the
+    # database does not hold it. Either the value or a file holding it (a mounted Secret).
+    admin_token: str | None = None
+    admin_token_file: str | None = None
+    # Add a `local` context holding the admin token to the CLI's configuration file of the
+    # service's user; off where the home is no one's (a pod).
+    write_cli_context: bool = True
+
+
 class Testing(_Section):
     # Run the scripted job (reports steps, trains nothing) instead of the engines. Tests only.
     scripted_jobs: bool = False
@@ -233,6 +243,7 @@ class Trainer(_Section):
     catalog: list[CatalogEntry] | None = None  # None: the development catalog
     dev_models_dir: str | None = None
     controller: Controller = Field(default_factory=Controller)
+    bootstrap: Bootstrap = Field(default_factory=Bootstrap)
     testing: Testing = Field(default_factory=Testing)
 
 
