@@ -296,14 +296,25 @@ class S3BlobStore(BlobStore):
             if not self._missing(exc.__cause__ or exc):
                 raise
 
-    def modified(self, key: str) -> datetime | None:
+    def modified(self, key: str) -> datetime:
         head = self._head(key)
-        return None if head is None else head["LastModified"]
+        if head is None:
+            raise FileNotFoundError(key)
+        when: datetime = head["LastModified"]
+        return when
+
+    def abort_partial_writes(self, older_than: datetime) -> int:
+        removed = 0
+        for key, upload_id, started in self.abandoned_uploads():
+            if started < older_than:
+                self.abort_upload(key, upload_id, absolute=True)
+                removed += 1
+        return removed
 
     def listed_with_times(self, prefix: str) -> builtins.list[tuple[str, datetime]]:
         """Keys under `prefix` with their last-modified times (one listing, no head requests)."""
         out = []
-        absolute = self._key(prefix) + "/"
+        absolute = self._key(prefix) + "/" if prefix.strip("/") else self.prefix
         with self.reaching():
             pages = self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=absolute

@@ -18,6 +18,7 @@ from akka_training.config.pools import PoolSpec, default_pool, pools_from_settin
 from akka_training.config.settings import Settings, SettingsError
 from akka_training.core.catalog import CatalogModel
 from akka_training.core.errors import NotFound
+from akka_training.deployment.cleanup import clean_crash_leftovers
 from akka_training.deployment.devcatalog import load_dev_catalog
 from akka_training.storage.db import Database
 
@@ -95,6 +96,7 @@ def build_context(settings: Settings) -> AppContext:
     blobs = open_store(settings)
     db = Database(settings.database_url)
     db.migrate()
+    clean_crash_leftovers(blobs, db, settings.trainer.storage.cleanup_grace_seconds)
     host = detect_devices()
     pools = pools_from_settings(settings, host)
     note = ""
