@@ -7,6 +7,8 @@ traces pipeline."""
 
 from __future__ import annotations
 
+import base64
+import re
 import shutil
 import subprocess
 import sys
@@ -169,7 +171,7 @@ def test_the_production_overlay_runs_two_replicas_on_postgres_s3_and_a_ray_clust
         "akka-trainer-s3",
         "akka-trainer-admin",
         "akka-trainer-grafana",
-    } <= {s["metadata"]["name"] for s in by_kind["Secret"]}
+    } <= {s["metadata"]["name"].rsplit("-", 1)[0] for s in by_kind["Secret"]}
     # The PrometheusRule holds the rules of deploy/prometheus, and promtool accepts its spec.
     (rule,) = by_kind["PrometheusRule"]
     rules_file = yaml.safe_load(
@@ -210,3 +212,41 @@ def test_the_collector_has_a_metrics_and_a_traces_pipeline() -> None:
     }
     for name in pipelines["traces"]["exporters"] + pipelines["metrics"]["exporters"]:
         assert name in config["exporters"]
+
+
+def test_the_deploy_page_overlay_renders_with_the_secrets_replaced(tmp_path: Path) -> None:
+    """docs/deploy-kubernetes.md's own overlay, beside a copy of deploy/, with the secrets its
+    commands make: it renders, and every placeholder is gone."""
+    page = (REPO / "docs" / "deploy-kubernetes.md").read_text()
+    shutil.copytree(DEPLOY, tmp_path / "deploy")
+    make_secrets = re.findall(r"```bash\n(mkdir -p my-akka/secrets.*?)```", page, re.S)[0]
+    run("bash", "-euc", f"cd {tmp_path}\n{make_secrets}")
+    (overlay,) = [b for b in re.findall(r"```yaml\n(.*?)```", page, re.S) if "secretGenerator" in b]
+    (tmp_path / "my-akka" / "kustomization.yaml").write_text(overlay)
+    docs = [
+        d
+        for d in yaml.safe_load_all(
+            run(tool("kubectl"), "kustomize", str(tmp_path / "my-akka")).stdout
+        )
+        if d
+    ]
+    secrets = {d["metadata"]["name"].rsplit("-", 1)[0]: d for d in docs if d["kind"] == "Secret"}
+    assert set(secrets) == {
+        "akka-trainer-admin",
+        "akka-trainer-grafana",
+        "akka-trainer-database",
+        "akka-trainer-s3",
+    }
+    for secret in secrets.values():
+        for value in secret["data"].values():
+            assert b"CHANGE-ME" not in base64.b64decode(value), secret["metadata"]["name"]
+    admin = base64.b64decode(secrets["akka-trainer-admin"]["data"]["admin-token"]).strip()
+    assert len(admin) == 64
+    # The pods mount the replaced secrets (their names carry the new hash).
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    mounted = {
+        v["secret"]["secretName"]
+        for v in deployment["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+    }
+    assert secrets["akka-trainer-admin"]["metadata"]["name"] in mounted
