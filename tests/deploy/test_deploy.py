@@ -161,7 +161,7 @@ def test_the_production_overlay_runs_two_replicas_on_postgres_s3_and_a_ray_clust
     ]  # fmt: skip
     assert gpu_groups
     for group in gpu_groups:
-        assert group["rayStartParams"]["labels"].removeprefix("pool=") in pool_labels
+        assert group["labels"]["pool"] in pool_labels
         (worker,) = group["template"]["spec"]["containers"]
         names = {e["name"]: e for e in worker["env"]}
         assert names["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
