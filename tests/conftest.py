@@ -26,9 +26,10 @@ from akka_training.testing.app import InProcessTrainer
 from akka_training.testing.service import TrainerProcess
 from tests import layers
 
-# The Ray head fixtures (`ray_head`, `ray_head_factory`) for the Ray backend's tests; pytest's
+# The Ray head fixtures (`ray_head`, `ray_head_factory`) for the Ray backend's tests, the S3
+# endpoint (`s3_server`, `s3_bucket`) for the object storage tests; pytest's
 # own `pytester` for the tests of the guards below.
-pytest_plugins = ["tests.ray_cluster", "pytester"]
+pytest_plugins = ["tests.ray_cluster", "tests.s3_server", "pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
 POSTGRES = os.environ.get("AKKA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")

@@ -50,9 +50,15 @@ class RayHead:
     """One local Ray head (with its worker processes) and the addresses to reach it."""
 
     def __init__(
-        self, labels: str = "pool=default", num_cpus: int = 2, auth_token: str | None = None
+        self,
+        labels: str = "pool=default",
+        num_cpus: int = 2,
+        auth_token: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.labels = labels
+        # Variables of the node's own (a worker's HOME, say), which its jobs inherit.
+        self.extra_env = dict(env or {})
         self.num_cpus = num_cpus
         # With a token the head runs in Ray's token mode: every request must carry it.
         self.auth_token = auth_token
@@ -171,6 +177,7 @@ class RayHead:
             env["RAY_AUTH_TOKEN"] = self.auth_token
         else:
             env.pop("RAY_AUTH_TOKEN", None)
+        env.update(self.extra_env)
         env.update(
             {
                 MARKER: self.marker,

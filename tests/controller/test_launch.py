@@ -66,6 +66,7 @@ def test_a_pending_attempt_gets_its_spec_token_and_environment(
         "stage": None,
         "trainerUrl": "http://127.0.0.1:9001",
         "storageUrl": f"file://{trainer.home.resolve()}/blobs",
+        "storageS3": {"endpointUrl": None, "region": None, "pathStyle": False, "partSizeMib": 8},
         "settings": settings_json(),
         "resume": {
             "snapshot": "step-4",

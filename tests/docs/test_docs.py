@@ -25,6 +25,8 @@ PAGES = [
     "supervised-fine-tuning.md",
     "verl.md",
     "deploy-ray.md",
+    "deploy-kubernetes.md",
+    "settings.md",
     "python-client.md",
     "use-your-adapter.md",
     "contributing/ARCHITECTURE.md",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -35,6 +36,10 @@ class BlobStore(abc.ABC):
     threads; a call blocks until done and may be retried."""
 
     url: str
+
+    def check(self) -> None:
+        """Reach the store once; `StoreUnreachable` (naming the URL and the settings) when it
+        cannot be reached."""
 
     @abc.abstractmethod
     def writer(self, key: str) -> BlobWriter:
@@ -103,6 +108,19 @@ class BlobStore(abc.ABC):
                 while chunk := src.read(1 << 20):
                     out.write(chunk)
         return directory
+
+    def listed_with_times(self, prefix: str) -> builtins.list[tuple[str, datetime]]:
+        """Keys under `prefix` with when each was last written (UTC)."""
+        return [(key, self.modified(key)) for key in self.list(prefix)]
+
+    @abc.abstractmethod
+    def modified(self, key: str) -> datetime:
+        """When the blob `key` was last written (UTC); FileNotFoundError when absent."""
+
+    def abort_partial_writes(self, older_than: datetime) -> int:
+        """Remove what writers a crash interrupted left (temporary files, open multipart
+        uploads) started before `older_than`; how many."""
+        return 0
 
     def local_path(self, key: str) -> Path | None:
         """A path on this host holding the blob (or the prefix's files), when there is one."""

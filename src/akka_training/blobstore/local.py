@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -92,6 +93,23 @@ class LocalBlobStore(BlobStore):
             for p in base.rglob("*")
             if p.is_file() and not p.relative_to(self.root).as_posix().startswith(".tmp")
         )
+
+    def modified(self, key: str) -> datetime:
+        path = self._path(key)
+        if not path.is_file():
+            raise FileNotFoundError(key)
+        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+
+    def abort_partial_writes(self, older_than: datetime) -> int:
+        removed = 0
+        for part in self._tmp.glob(".part-*"):
+            try:
+                if datetime.fromtimestamp(part.stat().st_mtime, UTC) < older_than:
+                    part.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        return removed
 
     def local_path(self, key: str) -> Path | None:
         path = self._path(key)

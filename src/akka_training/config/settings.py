@@ -33,6 +33,7 @@ from pydantic_settings import SettingsError as EnvironmentParseError
 
 from akka_training.core.catalog import CatalogModel, Envelope
 from akka_training.core.errors import AkkaError
+from akka_training.core.storage import DEFAULT_PART_MIB, MIN_PART_MIB, S3Options, StorageSpec
 
 ENV_PREFIX = "AKKA_"
 ENV_DELIMITER = "__"
@@ -57,9 +58,51 @@ class Database(_Section):
     url: str | None = None
 
 
+class StorageS3(_Section):
+    # The S3 API's address; None: AWS's own for the region. MinIO, Ceph: http://HOST:PORT.
+    endpoint_url: str | None = None
+    region: str | None = None
+    # Path-style addressing (http://HOST/BUCKET/KEY), which most S3-compatible stores need.
+    path_style: bool = False
+    # Size of each part of a multipart upload, in MiB (S3 takes 5 or more).
+    part_size_mib: int = Field(DEFAULT_PART_MIB, ge=MIN_PART_MIB, le=512)
+    # Credentials; None: boto3's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws files,
+    # the node's role). Jobs receive them in their environment, never in their spec.
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+
+    def options(self) -> S3Options:
+        return S3Options(
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            path_style=self.path_style,
+            part_size_mib=self.part_size_mib,
+        )
+
+    def credentials(self) -> dict[str, str | None]:
+        return {
+            "access_key_id": self.access_key_id,
+            "secret_access_key": self.secret_access_key,
+            "session_token": self.session_token,
+        }
+
+    def job_env(self) -> dict[str, str]:
+        """The credentials as a job's environment (the standard AWS variables), when set."""
+        named = {
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+            "AWS_SESSION_TOKEN": self.session_token,
+        }
+        return {k: v for k, v in named.items() if v}
+
+
 class Storage(_Section):
-    # None: a local directory at $AKKA_HOME/blobs
+    # None: a local directory at $AKKA_HOME/blobs. s3://BUCKET/PREFIX: an S3-compatible bucket.
     url: str | None = None
+    s3: StorageS3 = Field(default_factory=StorageS3)
+    # Start-up removes partial uploads and unrecorded snapshots older than this.
+    cleanup_grace_seconds: float = Field(3600.0, ge=0)
 
 
 class Reinforcement(_Section):
@@ -165,6 +208,16 @@ class Controller(_Section):
     unreachable_seconds: float = Field(120.0, ge=0)
 
 
+class Bootstrap(_Section):
+    # The first admin token, given (a deployment's Secret): registered at start-up when the
+    # database does not hold it. Either the value or a file holding it (a mounted Secret).
+    admin_token: str | None = None
+    admin_token_file: str | None = None
+    # Add a `local` context holding the admin token to the CLI's configuration file of the
+    # service's user; off where the home is no one's (a pod).
+    write_cli_context: bool = True
+
+
 class Testing(_Section):
     # Run the scripted job (reports steps, trains nothing) instead of the engines. Tests only.
     scripted_jobs: bool = False
@@ -190,6 +243,7 @@ class Trainer(_Section):
     catalog: list[CatalogEntry] | None = None  # None: the development catalog
     dev_models_dir: str | None = None
     controller: Controller = Field(default_factory=Controller)
+    bootstrap: Bootstrap = Field(default_factory=Bootstrap)
     testing: Testing = Field(default_factory=Testing)
 
 
@@ -235,6 +289,11 @@ class Settings(BaseSettings):
     @property
     def storage_url(self) -> str:
         return self.trainer.storage.url or f"file://{self.home / 'blobs'}"
+
+    @property
+    def storage(self) -> StorageSpec:
+        """The blob store as the service reaches it (no credentials)."""
+        return StorageSpec(url=self.storage_url, s3=self.trainer.storage.s3.options())
 
     @property
     def trainer_url(self) -> str:

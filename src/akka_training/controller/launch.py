@@ -53,6 +53,7 @@ def prepare_launch(
             stage=run.stage,
             trainer_url=(ray.trainer_url if ray and ray.trainer_url else settings.trainer_url),
             storage_url=(ray.storage_url if ray and ray.storage_url else settings.storage_url),
+            storage_s3=settings.trainer.storage.s3.options(),
             settings=Settings.model_validate(run.settings),
             resume=resume,
             telemetry=Telemetry(
@@ -68,7 +69,8 @@ def prepare_launch(
         host_memory = None
         if settings.trainer.local.enforce_host_memory and envelope and envelope.host_memory_gib:
             host_memory = math.ceil(envelope.host_memory_gib * 2**30)
-        env = {"AKKA_JOB_TOKEN": token}
+        # The store's credentials, when the settings hold them (else the worker's own chain).
+        env = {**settings.trainer.storage.s3.job_env(), "AKKA_JOB_TOKEN": token}
         if spec.telemetry.traceparent:
             env["TRACEPARENT"] = spec.telemetry.traceparent
         verl_python = settings.trainer.reinforcement.verl_python

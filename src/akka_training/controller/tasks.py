@@ -122,6 +122,7 @@ def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
             run_id=task.run_id,
             trainer_url=(ray.trainer_url if ray and ray.trainer_url else settings.trainer_url),
             storage_url=(ray.storage_url if ray and ray.storage_url else settings.storage_url),
+            storage_s3=settings.trainer.storage.s3.options(),
             params=task.params,
         )
         return LaunchRequest(
@@ -132,7 +133,11 @@ def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
             device_ids=[],
             job_spec=spec.to_json(),
             # No devices: the job sees no GPU even on a node that has some.
-            env={TOKEN_ENV: token, "CUDA_VISIBLE_DEVICES": ""},
+            env={
+                **settings.trainer.storage.s3.job_env(),
+                TOKEN_ENV: token,
+                "CUDA_VISIBLE_DEVICES": "",
+            },
             entry_module=TASK_JOB,
         )
 

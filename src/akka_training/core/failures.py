@@ -22,6 +22,7 @@ class FailureReason(StrEnum):
     DATA_ERROR = "data-error"
     REWARD_ERROR = "reward-error"
     SOURCE_UNAVAILABLE = "source-unavailable"
+    STORE_UNREACHABLE = "store-unreachable"
     UPSTREAM_STAGE_FAILED = "upstream-stage-failed"
 
     @property
@@ -53,6 +54,10 @@ _SENTENCES: dict[FailureReason, str] = {
     FailureReason.DATA_ERROR: "this run's dataset could not be prepared for training",
     FailureReason.REWARD_ERROR: "this run's reward could not be computed",
     FailureReason.SOURCE_UNAVAILABLE: "the adapter this run starts from could not be loaded",
+    FailureReason.STORE_UNREACHABLE: (
+        "this run's job could not reach the blob store; the detail names the store and the "
+        "settings to check"
+    ),
     FailureReason.UPSTREAM_STAGE_FAILED: (
         "an earlier stage of this run's pipeline did not complete, so this stage could not start"
     ),

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from akka_training.core.catalog import Modality
 from akka_training.core.plans import Execution, PlanModel, RunConfig
+from akka_training.core.storage import S3Options
 
 
 class DatasetPin(PlanModel):
@@ -95,6 +96,8 @@ class JobSpec(PlanModel):
     stage: str | None = None
     trainer_url: str
     storage_url: str
+    # How to reach an S3 store (the credentials travel in the job's environment).
+    storage_s3: S3Options = Field(default_factory=S3Options)
     settings: Settings
     resume: ResumePoint | None = None
     telemetry: Telemetry = Field(default_factory=Telemetry)

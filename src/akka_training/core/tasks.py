@@ -22,6 +22,7 @@ from pydantic import Field
 from akka_training.core.plans import PlanModel
 from akka_training.core.reports import Placement
 from akka_training.core.resolved import BaseModelPin
+from akka_training.core.storage import S3Options
 
 TOKEN_ENV = "AKKA_TASK_TOKEN"
 TaskAction = Literal["continue", "stop"]
@@ -36,6 +37,8 @@ class TaskSpec(PlanModel):
     run_id: str | None = None  # the run the task concerns, if any
     trainer_url: str
     storage_url: str
+    # How to reach an S3 store (the credentials travel in the job's environment).
+    storage_s3: S3Options = Field(default_factory=S3Options)
     params: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -15,9 +15,10 @@ from akka_training.backends.base import Backend, ObservedPool
 from akka_training.blobstore import BlobStore, open_blob_store
 from akka_training.config.devices import HostDevices, detect_devices
 from akka_training.config.pools import PoolSpec, default_pool, pools_from_settings
-from akka_training.config.settings import Settings
+from akka_training.config.settings import Settings, SettingsError
 from akka_training.core.catalog import CatalogModel
 from akka_training.core.errors import NotFound
+from akka_training.deployment.cleanup import clean_crash_leftovers
 from akka_training.deployment.devcatalog import load_dev_catalog
 from akka_training.storage.db import Database
 
@@ -91,9 +92,11 @@ def build_context(settings: Settings) -> AppContext:
     started = time.monotonic()
     home = settings.home
     home.mkdir(parents=True, exist_ok=True)
+    # The store first: a store it cannot use stops start-up before the database is touched.
+    blobs = open_store(settings)
     db = Database(settings.database_url)
     db.migrate()
-    blobs = open_blob_store(settings.storage_url)
+    clean_crash_leftovers(blobs, db, settings.trainer.storage.cleanup_grace_seconds)
     host = detect_devices()
     pools = pools_from_settings(settings, host)
     note = ""
@@ -108,6 +111,19 @@ def build_context(settings: Settings) -> AppContext:
     ctx.startup_seconds = time.monotonic() - started
     ctx.startup_note = note
     return ctx
+
+
+def open_store(settings: Settings) -> BlobStore:
+    """The deployment's blob store, reached once; a `SettingsError` naming the setting when
+    its URL is not one, `StoreUnreachable` naming the URL and settings when it cannot be
+    reached."""
+    s3 = settings.trainer.storage.s3
+    try:
+        blobs = open_blob_store(settings.storage_url, s3.options(), s3.credentials())
+    except ValueError as exc:
+        raise SettingsError(f"Bad setting: {exc}.") from None
+    blobs.check()
+    return blobs
 
 
 def make_backend(

@@ -12,7 +12,9 @@ service shows the reason's sentence followed by the detail. The errors::
      ├── DataError           the dataset cannot be read or prepared (data-error)
      ├── SourceUnavailable   the adapter or state the run starts from cannot be had
      │                       (source-unavailable)
-     └── RewardError         the reward cannot be set up or computed (reward-error)
+     ├── RewardError         the reward cannot be set up or computed (reward-error)
+     └── StoreUnreachable    the blob store cannot be reached from the job's node
+                             (store-unreachable; the detail names the URL and the settings)
 
 A `JobError` is reported as it is: its class's reason and its message as the detail. Anything
 else is classified: running out of memory anywhere in its chain (device or host, with the run's
@@ -32,6 +34,7 @@ from akka_training.core.exits import MemoryKind, memory_exhausted
 from akka_training.core.failures import FailureReason
 from akka_training.core.plans import RL_METHODS
 from akka_training.core.resolved import Settings
+from akka_training.core.storage import StoreUnreachable
 
 # Lines of the traceback kept as the detail of a training error.
 DETAIL_LINES = 20
@@ -84,6 +87,12 @@ class SourceUnavailable(JobError):
     reason = FailureReason.SOURCE_UNAVAILABLE
 
 
+class StoreUnreachableError(JobError):
+    """The job's node cannot reach the blob store (its address, its credentials)."""
+
+    reason = FailureReason.STORE_UNREACHABLE
+
+
 class RewardError(JobError):
     """The reward could not be set up, or computed for a generation batch."""
 
@@ -102,6 +111,8 @@ def classify_failure(exc: BaseException, settings: Settings | None) -> tuple[Fai
     for error in _chain(exc):
         if isinstance(error, JobError):
             return error.reason, error.detail
+        if isinstance(error, StoreUnreachable):
+            return FailureReason.STORE_UNREACHABLE, error.message
     return FailureReason.TRAINING_ERROR, last_lines(exc)
 
 

@@ -35,6 +35,7 @@ from akka_training.engines.bundles import bundle_resolver
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.engine import Engine, load_engine
 from akka_training.engines.failures import classify_failure
+from akka_training.engines.model_cache import local_model
 from akka_training.engines.offline import stay_offline
 from akka_training.engines.reporter import HttpReporter, StaleAttempt
 from akka_training.engines.snapshots import upload_adapter
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_job(spec: JobSpec, reporter: HttpReporter, workdir: Path) -> int:
     """Run one attempt under `spec`, reporting through `reporter`; the exit status."""
     stay_offline()
-    store = open_blob_store(spec.storage_url)
+    store = open_blob_store(spec.storage_url, spec.storage_s3, where="job")
     job = JobContext(spec=spec, reporter=reporter, store=store, workdir=workdir)
     job.bundles = bundle_resolver(spec.settings, store, workdir / "bundles")
     try:
@@ -133,6 +134,11 @@ def _setup(job: JobContext) -> Engine:
     spec = job.spec
     placement = detect_placement()
     job.reporter.started(placement)
+    # A worker that cannot reach the store fails now, naming the store and the settings.
+    job.store.check()
+    # A base model in object storage: this node's cached copy from now on.
+    base = spec.settings.base_model
+    base.path = local_model(base.path, spec.storage_s3)
     job.telemetry = _open_telemetry(job, placement)
     job.tracing = Tracing(
         JOB_SERVICE,

@@ -58,7 +58,7 @@ def main(path: str) -> int:
         os.environ["AKKA_JOB_TOKEN"],
         heartbeat_seconds=1.0,
     )
-    blobs = open_blob_store(spec.storage_url)
+    blobs = open_blob_store(spec.storage_url, spec.storage_s3, where="job")
     settings = spec.settings
     training = (
         settings.config.rl_hyperparams.training

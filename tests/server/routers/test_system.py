@@ -18,6 +18,7 @@ def test_health_needs_no_token_and_everything_else_does(trainer: InProcessTraine
     anonymous = trainer.client(anonymous=True)
 
     assert answer(anonymous.get("/healthz")) == (200, {"status": "ok"})
+    assert answer(anonymous.get("/readyz")) == (200, {"status": "ok"})
     for path in ("/v1/info", "/v1/projects", "/v1/runs", "/v1/capacity", "/v1/datasets"):
         assert answer(anonymous.get(path)) == (401, error("unauthorized", NO_TOKEN)), path
     assert answer(trainer.client("akka_not-a-token").get("/v1/runs")) == (

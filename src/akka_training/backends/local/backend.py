@@ -138,7 +138,10 @@ class LocalBackend(Backend):
         }
 
     def sees_path(self, path: str) -> bool | None:
-        # Jobs run on this host: they read what this process reads.
+        # Jobs run on this host: they read what this process reads. A model in object storage
+        # is the job's to download.
+        if path.startswith("s3://"):
+            return None
         return Path(path).exists()
 
     def _alive(self, handle: dict[str, Any]) -> bool:

@@ -58,7 +58,9 @@ def run_task(spec: TaskSpec, reporter: TaskReporter, workdir: Path) -> int:
     try:
         reporter.started(detect_placement())
         function = load_task(spec.kind)
-        task = TaskContext(spec, reporter, open_blob_store(spec.storage_url), workdir)
+        task = TaskContext(
+            spec, reporter, open_blob_store(spec.storage_url, spec.storage_s3, where="job"), workdir
+        )
         result = function(task)
     except TaskCancelled:
         log.warning("the task was cancelled; stopping")

@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
 from akka_training.core.tasks import FileDigest, MergeParams, MergeResult, base_model_unavailable
 from akka_training.engines.failures import SourceUnavailable
+from akka_training.engines.model_cache import local_model
 from akka_training.engines.snapshots import download_adapter
 from akka_training.engines.tasks.context import TaskContext, TaskError
 from akka_training.engines.tokenizer_files import save_processing
@@ -27,6 +28,7 @@ from akka_training.engines.tokenizer_files import save_processing
 def merge(task: TaskContext) -> dict[str, Any]:
     params = MergeParams.model_validate(task.spec.params)
     base = params.base_model
+    base.path = local_model(base.path, task.spec.storage_s3)
     if not (Path(base.path) / "config.json").is_file():
         where = f"node {socket.gethostname()}"
         raise TaskError(base_model_unavailable(base.id, base.path, where, task.spec.run_id))

@@ -27,6 +27,15 @@ def health() -> Health:
     return Health(status="ok")
 
 
+@router.get(
+    "/readyz",
+    responses=errors((503, "The database does not answer: the service cannot serve requests.")),
+)
+def ready(db: Db) -> Health:
+    """Ready to serve: the database answers (a readiness probe; `/healthz` is the liveness)."""
+    return Health.model_validate(info_service.ready(db))
+
+
 @router.get("/v1/info", responses=errors(401))
 def info(ctx: Ctx, _caller: Caller) -> Info:
     return Info.model_validate(info_service.info(ctx))

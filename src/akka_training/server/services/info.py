@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
 from akka_training import __version__
+from akka_training.core.errors import ServiceUnavailable
 from akka_training.deployment.context import AppContext
 
 
@@ -35,3 +40,14 @@ def info(ctx: AppContext) -> dict[str, Any]:
         "pools": ctx.pool_names,
         "defaultPool": ctx.default_pool,
     }
+
+
+def ready(db: Session) -> dict[str, str]:
+    try:
+        db.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        raise ServiceUnavailable(
+            f"The database does not answer ({type(exc).__name__}); check trainer.database.url "
+            "and the database server."
+        ) from None
+    return {"status": "ok"}
