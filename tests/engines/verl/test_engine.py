@@ -372,6 +372,9 @@ def test_a_snapshot_holds_lora_weights_only_and_no_merged_model(
     assert state and all("lora_" in key for key in state)  # no base weights
     manifest = json.loads(blobs.get_bytes(f"{snapshot['trainingState']}akka-verl.json"))
     assert manifest["files"]["actor/model_world_size_1_rank_0.pt"] == len(shard)
+    # the report says what each part holds in the store (`runs snapshots` shows it)
+    for part, size in (("weights", "weightsBytes"), ("trainingState", "trainingStateBytes")):
+        assert snapshot[size] == sum(blobs.size(k) for k in blobs.list(snapshot[part]))
 
 
 @pytest.mark.slow

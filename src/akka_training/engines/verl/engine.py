@@ -599,7 +599,12 @@ def _snapshot(
     )
     reporter.snapshot(
         SnapshotReport(
-            name=keys.name, step=step, weights=keys.weights, training_state=keys.training_state
+            name=keys.name,
+            step=step,
+            weights=keys.weights,
+            training_state=keys.training_state,
+            weights_bytes=adapter_bytes,
+            training_state_bytes=state_bytes,
         )
     )
 
