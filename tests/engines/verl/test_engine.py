@@ -414,3 +414,18 @@ def test_verl_descendants_in_other_sessions_are_ended_on_a_normal_exit(
     assert service.kinds()[-1] == ("stopped" if ending == "save-and-stop" else "finished")
     pid = int(child_file.read_text())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.slow
+def test_a_resume_at_the_last_step_finishes_with_the_snapshots_adapter(
+    job: Callable, service: RecordingService
+) -> None:
+    """A run paused with a save at its last step has nothing left to train once resumed."""
+    code, _ = job(save_every=2, rl={"training": {"maxSteps": 2}})
+    assert code == 0
+    code, _ = job(resume=True, save_every=2, rl={"training": {"maxSteps": 2}})
+    assert code == 0, service.of("failed")
+    finished = service.of("finished")[-1]
+    assert finished["adapter"] == "runs/run-1/snapshots/step-2/weights/"
+    assert finished["step"] == 2
+    assert finished["adapterModules"][0] == "base_model.model.model.layers.0.self_attn.q_proj"

@@ -341,7 +341,9 @@ class _Progress:
         self.step = start  # the latest step verl completed
         self.reported_step = start  # the latest step reported to the service
         self.snapshot_step = start  # the latest step saved as a snapshot
-        self.snapshot_weights: str | None = None
+        # A resume starts from its snapshot: paused at the last step, it has nothing left to
+        # train, and finishes with that snapshot's weights.
+        self.snapshot_weights: str | None = spec.resume.weights if spec.resume else None
         self.adapter_modules: list[str] = []
         self.pending: dict[int, tuple[VerlStep, float]] = {}  # step -> (metrics, seen at)
         self.stopping: str | None = None  # the directive being carried out
@@ -400,7 +402,7 @@ def _train(
                 # 4. snapshots of the checkpoints whose steps were reported, in order
                 _take_snapshot(spec, paths, blobs, reporter, python, env, progress)
                 if isinstance(event, Exited):
-                    return _finish(spec, paths, progress, event.returncode)
+                    return _finish(spec, paths, progress, event.returncode, blobs)
                 _obey(reporter.action, process, env, progress)
         except SystemExit:
             grace = TERMINATE_GRACE
@@ -609,7 +611,9 @@ def _snapshot(
     )
 
 
-def _finish(spec: JobSpec, paths: VerlPaths, progress: _Progress, returncode: int) -> Outcome:
+def _finish(
+    spec: JobSpec, paths: VerlPaths, progress: _Progress, returncode: int, blobs: BlobStore
+) -> Outcome:
     if progress.stopping == "stop" or (progress.stopping == "save-and-stop" and returncode == 0):
         step = progress.snapshot_step if progress.stopping == "save-and-stop" else progress.step
         return Outcome(step=step, stopped=True, adapter_modules=progress.adapter_modules)
@@ -620,10 +624,21 @@ def _finish(spec: JobSpec, paths: VerlPaths, progress: _Progress, returncode: in
             f"verl ended at step {progress.step} without a final checkpoint "
             f"(the last snapshot is of step {progress.snapshot_step})"
         )
+    modules = progress.adapter_modules
+    if not modules:  # the weights are the resumed snapshot's: read their modules from the store
+        adapter = paths.exports / "resumed"
+        try:
+            modules = snapshots.adapter_modules(
+                snapshots.fetch_adapter(blobs, progress.snapshot_weights, adapter)
+            )
+        except (snapshots.SnapshotError, OSError) as exc:
+            raise SourceUnavailable(f"the adapter of the resumed snapshot: {exc}") from exc
+        finally:
+            shutil.rmtree(adapter, ignore_errors=True)
     return Outcome(
         step=progress.snapshot_step,
         adapter_key=progress.snapshot_weights,
-        adapter_modules=progress.adapter_modules,
+        adapter_modules=modules,
     )
 
 
