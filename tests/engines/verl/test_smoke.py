@@ -67,3 +67,28 @@ def test_the_smoke_check_says_what_failed(
     assert "training-error" in out and "the policy update diverged" in out
     assert "FAIL resume: not attempted (the pause did not stop with a snapshot)" in out
     assert "  adapter     DID NOT LOAD in PEFT" in out
+
+
+def test_the_prepared_script_runs_its_phases_on_a_dry_run(tmp_path: Path) -> None:
+    """scripts/gpu-smoke-verl.sh as written, with --dry-run: environments found, model chosen,
+    the three acts, and the summary at the end."""
+    import os
+    import subprocess
+
+    repo = FIXTURES.parents[3]
+    done = subprocess.run(
+        [str(repo / "scripts" / "gpu-smoke-verl.sh"), "--dry-run", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "AKKA_SMOKE_SECONDS": "300"},
+        cwd=repo,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    summary = done.stdout[done.stdout.index("SMOKE SUMMARY") :].splitlines()
+    assert summary[0].endswith("of 300 s, dry run)")
+    assert "  PASS verl: the tests' stand-in (dry run)" in summary
+    assert not [line for line in summary if line.startswith("  FAIL")]
+    assert any("then cancel: stopped at step" in line for line in summary)
+    assert any(line.split()[:1] == ["MFU"] for line in summary)
+    assert summary[-1].startswith(f"  logs: {tmp_path / 'work'}")
