@@ -10,7 +10,8 @@ It composes verl's trainer configuration with the overrides exactly as
 checks ``main_ppo`` runs before it starts Ray: ``validate_config`` (batch divisibility, micro
 batch sizes, actor settings, the LoRA rank vLLM accepts) and the loading of the custom reward
 function, plus the types of the model section as verl's trainer reads it once Ray is up
-(``HFModelConfig``: ``lora_alpha: 32.0`` is refused there, after minutes of start-up). It prints one JSON line per configuration, ``{"ok", "error", "skipped", "values",
+(``HFModelConfig``: ``lora_alpha: 32.0`` is refused there, after minutes of start-up). It
+prints one JSON line per configuration, ``{"ok", "error", "skipped", "values",
 "flashAttention"}``,
 and exits 0 when every configuration passed, 1 when verl refused one.
 
