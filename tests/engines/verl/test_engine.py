@@ -429,3 +429,72 @@ def test_a_resume_at_the_last_step_finishes_with_the_snapshots_adapter(
     assert finished["adapter"] == "runs/run-1/snapshots/step-2/weights/"
     assert finished["step"] == 2
     assert finished["adapterModules"][0] == "base_model.model.model.layers.0.self_attn.q_proj"
+
+
+@pytest.mark.slow
+def test_a_terminated_job_ends_verl_and_its_descendants_first(
+    service: RecordingService, tmp_path: Path
+) -> None:
+    """SIGTERM to the job process (a cancel the backend forwards, a node drain) ends verl and
+    what verl started in other sessions before the job exits, instead of orphaning them."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {FIXTURES / "fake_verl.py"} "$@"\n')
+    python.chmod(0o755)
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "1 + 1?"},
+                {"role": "assistant", "content": "#### 2"},
+            ]
+        }
+    ]
+    blobs.put_bytes(
+        "datasets/sha256/aa/train", "".join(json.dumps(r) + "\n" for r in rows * 16).encode()
+    )
+    spec = make_spec(
+        rows=16,
+        model_path=str(FIXTURES / "tokenizer"),
+        rl={"promptsPerStep": 2, "generationsPerPrompt": 4, "training": {"maxSteps": 200}},
+    ).model_copy(update={"trainer_url": service.url, "storage_url": f"file://{tmp_path / 'blobs'}"})
+    job_dir = tmp_path / "jobs" / spec.run_id / str(spec.attempt)
+    job_dir.mkdir(parents=True)
+    (job_dir / "job.json").write_text(spec.model_dump_json(by_alias=True))
+    child_file = tmp_path / "child.pid"
+    env = {
+        **os.environ,
+        "AKKA_JOB_TOKEN": "token",
+        "AKKA_VERL_PYTHON": str(python),
+        "FAKE_VERL_STEP_SECONDS": "0.3",
+        "FAKE_VERL_CHILD": str(child_file),
+        "FAKE_VERL_MODE": "",
+    }
+    job = subprocess.Popen(
+        [sys.executable, "-m", "akka_training.engines.job", str(job_dir / "job.json")],
+        cwd=job_dir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not service.of("steps") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert service.of("steps"), service.kinds()
+        child = psutil.Process(int(child_file.read_text()))
+        verl = [
+            p for p in psutil.Process(job.pid).children() if "fake_verl" in " ".join(p.cmdline())
+        ]
+        assert child.is_running() and verl
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=20) == 128 + signal.SIGTERM
+        child.wait(timeout=5)  # raises if verl's descendant outlived the job
+        verl[0].wait(timeout=5)
+    finally:
+        if job.poll() is None:
+            job.kill()
