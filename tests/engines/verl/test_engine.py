@@ -138,12 +138,14 @@ def test_a_run_reports_steps_rollouts_snapshots_and_its_adapter(
     assert rollouts[0].shares == {"correct": 1.0, "format": 0.2}
 
     last = service.of("snapshots")[-1]
+    sizes = {k: last.pop(k) for k in ("weightsBytes", "trainingStateBytes")}
     assert last == {
         "name": "step-4",
         "step": 4,
         "weights": "runs/run-1/snapshots/step-4/weights/",
         "trainingState": "runs/run-1/snapshots/step-4/training-state/",
     }
+    assert all(size > 0 for size in sizes.values())
     assert blobs.exists("runs/run-1/snapshots/step-4/weights/adapter_model.safetensors")
     assert blobs.exists(
         "runs/run-1/snapshots/step-4/training-state/actor/model_world_size_1_rank_0.pt"
