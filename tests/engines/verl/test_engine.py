@@ -329,8 +329,31 @@ def test_snapshots_survive_verl_saving_faster_than_they_export(
         assert blobs.exists(f"{state}akka-verl.json") and blobs.exists(f"{state}data.pt")
         assert blobs.exists(f"{state}actor/model_world_size_1_rank_0.pt")
         assert blobs.exists(f"{snapshot['weights']}adapter_model.safetensors")
-    checkpoints = tmp_path / RUN_DIR / "checkpoints"
-    assert [p.name for p in checkpoints.glob("global_step_*")] == ["global_step_5"]
+    # the finished run leaves only verl's logs and metrics on the node
+    assert sorted(p.name for p in (tmp_path / RUN_DIR).iterdir()) == [
+        "lock",
+        "logs",
+        "metrics",
+        "pylib",
+        "reward",
+    ]
+
+
+@pytest.mark.slow
+def test_a_stopped_run_keeps_only_its_latest_stored_checkpoint_on_the_node(
+    job: Callable, service: RecordingService, tmp_path: Path
+) -> None:
+    service.decide = lambda kind, body: (
+        "stop" if kind == "snapshots" and body["step"] >= 3 else "continue"
+    )
+    code, _ = job(save_every=1, step_seconds="0.3", rl={"training": {"maxSteps": 20}})
+    assert code == 0 and service.kinds()[-1] == "stopped"
+    stored = max(s["step"] for s in service.of("snapshots"))
+    kept = sorted(
+        int(p.name.removeprefix("global_step_"))
+        for p in (tmp_path / RUN_DIR / "checkpoints").glob("global_step_*")
+    )
+    assert kept[0] == stored  # nothing older than the latest snapshot; later ones not stored
     assert list((tmp_path / RUN_DIR / "exports").iterdir()) == []  # no export scratch left
 
 

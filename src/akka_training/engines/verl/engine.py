@@ -402,7 +402,10 @@ def _train(
                 # 4. snapshots of the checkpoints whose steps were reported, in order
                 _take_snapshot(spec, paths, blobs, reporter, python, env, progress)
                 if isinstance(event, Exited):
-                    return _finish(spec, paths, progress, event.returncode, blobs)
+                    outcome = _finish(spec, paths, progress, event.returncode, blobs)
+                    if not outcome.stopped:
+                        _tidy_finished(paths)
+                    return outcome
                 _obey(reporter.action, process, env, progress)
         except SystemExit:
             grace = TERMINATE_GRACE
@@ -609,6 +612,18 @@ def _snapshot(
             training_state_bytes=state_bytes,
         )
     )
+
+
+def _tidy_finished(paths: VerlPaths) -> None:
+    """A finished run needs nothing of its verl directory on the node but verl's logs and
+    metrics: its snapshots are in the store (a continuation downloads what it starts from)."""
+    for directory in (
+        paths.checkpoints,
+        paths.exports,
+        paths.root / "data",
+        paths.root / "rollouts",
+    ):
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _finish(

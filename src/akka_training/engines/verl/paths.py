@@ -6,7 +6,8 @@ again, while each attempt writes its own metrics file (verl truncates its file l
 when it starts), rollout dump and reward records (a resumed attempt repeats step numbers an
 earlier one may have dumped). Both backends give each attempt a job directory
 ``<jobs>/<run>/<attempt>``; the run's verl directory is beside them, ``<jobs>/<run>/verl``
-(`for_job`). One attempt at a time uses it (`lock`).
+(`for_job`). One attempt at a time uses it (`lock`). Once the run finished, only the logs,
+the metrics and the reward records stay (the engine removes the rest).
 
     root/
       data/train.parquet, data/eval.parquet    the dataset in verl's layout (`data.py`)
