@@ -66,12 +66,14 @@ def export(actor: Path, out: Path) -> dict[str, int]:
 
 def _join(parts: list[Any]) -> Any:
     """One tensor from its per-rank parts (DTensors, or plain tensors replicated on each rank)."""
+    import torch
     from torch.distributed.tensor import DTensor
 
     first = parts[0]
     if not isinstance(first, DTensor):
+        if type(first) is not torch.Tensor and not isinstance(first, torch.nn.Parameter):
+            raise SystemExit(f"cannot read a LoRA tensor saved as {type(first).__name__}")
         return first
-    import torch
 
     mesh = first.device_mesh.mesh
     placements = list(first.placements)
