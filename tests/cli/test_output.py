@@ -131,3 +131,27 @@ def test_the_cli_modules_import_no_table_renderer_and_no_settings_loader() -> No
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_runs_snapshots_table_shows_what_each_part_holds_in_the_store(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from akka_training.api.runs import Snapshot
+    from akka_training.cli.training.runs import _print_snapshots
+
+    base = {"run": "r1", "attempt": 1, "weights": "w/", "createdAt": "2026-01-01T00:00:00+00:00"}
+    rows = [
+        Snapshot.model_validate({**base, "name": "step-2", "step": 2, "trainingState": "t/",
+                                 "swept": False}),
+        Snapshot.model_validate({**base, "name": "step-4", "step": 4, "trainingState": "t/",
+                                 "weightsBytes": 1536, "trainingStateBytes": 3 * 2**20,
+                                 "swept": False}),
+        Snapshot.model_validate({**base, "name": "step-6", "step": 6, "trainingState": None,
+                                 "weightsBytes": 1536, "swept": False}),
+    ]  # fmt: skip
+    _print_snapshots(rows)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:6] == ["SNAPSHOT", "STEP", "ATTEMPT", "WEIGHTS", "TRAINING", "STATE"]
+    assert lines[1].split()[3:5] == ["yes", "yes"]  # stored, size not measured
+    assert lines[2].split()[3:7] == ["1.5", "KiB", "3.0", "MiB"]
+    assert lines[3].split()[3:6] == ["1.5", "KiB", "no"]

@@ -193,6 +193,19 @@ def test_the_verl_only_rules_leave_a_trl_deployment_alone() -> None:
     )
 
 
+def test_a_fractional_lora_alpha_under_verl() -> None:
+    fractional = {"config": {"rlHyperparams": {"lora": {"alpha": 0.5}}}}
+    assert problems(GRPO, fractional) == [
+        (
+            "config.rlHyperparams.lora.alpha",
+            "config.rlHyperparams.lora.alpha is 0.5, but verl trains with a whole-number LoRA "
+            "alpha; set it to a whole number such as 1.",
+        )
+    ]
+    assert problems(GRPO, {"config": {"rlHyperparams": {"lora": {"alpha": 32.0}}}}) == []
+    assert problems(GRPO, fractional, engine="trl") == []
+
+
 def test_a_reinforcement_plan_with_sft_settings_and_no_reward() -> None:
     plan = {**GRPO, "config": {**GRPO["config"], "hyperparams": {}, "reward": {"terms": []}}}
     assert problems(plan) == [
@@ -411,6 +424,7 @@ def test_every_rule_is_covered_here() -> None:
         "generation_shapes",
         "verl_rollout_devices",
         "verl_kl_with_source",
+        "verl_lora_alpha",
         "dataset_fits_method",
         "source_matches",
         "reward_patterns",

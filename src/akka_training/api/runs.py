@@ -198,6 +198,12 @@ class Snapshot(ResponseBody):
     attempt: int | None
     weights: str
     training_state: str | None
+    weights_bytes: int | None = Field(
+        None, description="Bytes of the adapter in the store (null: not measured)."
+    )
+    training_state_bytes: int | None = Field(
+        None, description="Bytes of the training state in the store (null: not measured)."
+    )
     created_at: Timestamp
     swept: bool = Field(description="Removed by the keepAdapters sweep.")
 

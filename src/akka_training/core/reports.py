@@ -56,6 +56,9 @@ class SnapshotReport(PlanModel):
     step: int = Field(ge=0)
     weights: str
     training_state: str | None = None
+    # What the snapshot's parts hold in the store, when the engine measured them.
+    weights_bytes: int | None = Field(None, ge=0)
+    training_state_bytes: int | None = Field(None, ge=0)
 
 
 class RolloutsReport(PlanModel):

@@ -315,6 +315,22 @@ def verl_kl_with_source(c: Checked) -> list[Problem]:
     ]
 
 
+def verl_lora_alpha(c: Checked) -> list[Problem]:
+    rl = c.plan.config.rl_hyperparams
+    if not c.is_rl or c.method_engine != "verl" or rl is None:
+        return []
+    alpha = rl.lora.alpha
+    if alpha == int(alpha):
+        return []
+    return [
+        Problem(
+            "config.rlHyperparams.lora.alpha",
+            f"config.rlHyperparams.lora.alpha is {alpha:g}, but verl trains with a whole-number "
+            f"LoRA alpha; set it to a whole number such as {max(1, round(alpha))}.",
+        )
+    ]
+
+
 # --- data and source -------------------------------------------------------------------------------
 
 
@@ -409,6 +425,7 @@ RULES: list[Rule] = [
     generation_shapes,
     verl_rollout_devices,
     verl_kl_with_source,
+    verl_lora_alpha,
     dataset_fits_method,
     source_matches,
     reward_patterns,

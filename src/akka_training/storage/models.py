@@ -247,6 +247,8 @@ class Snapshot(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     weights: Mapped[str] = mapped_column(String(512))
     training_state: Mapped[str | None] = mapped_column(String(512))
+    weights_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    training_state_bytes: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     swept_at: Mapped[datetime | None] = mapped_column()
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -30,6 +31,9 @@ from akka_training.rewards.rollouts import read_step_file
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.telemetry.otel import job_resource_from_spec
 from tests.engines.verl.conftest import FIXTURES, make_spec
+from tests.engines.verl.test_snapshots import CountingStore
+
+RUN_DIR = Path("jobs") / "run-1" / "verl"
 
 
 @pytest.fixture
@@ -46,7 +50,7 @@ def job(
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {FIXTURES / "fake_verl.py"} "$@"\n')
     python.chmod(0o755)
-    blobs = LocalBlobStore(tmp_path / "blobs")
+    blobs = CountingStore(tmp_path / "blobs")
     rows = [
         {
             "messages": [
@@ -65,10 +69,14 @@ def job(
         step_seconds: str = "0.05",
         telemetry: Any = None,
         watchdog: Any = None,
+        extra: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
         **spec_kwargs: Any,
     ) -> tuple[int, LocalBlobStore]:
         monkeypatch.setenv("FAKE_VERL_MODE", mode)
         monkeypatch.setenv("FAKE_VERL_STEP_SECONDS", step_seconds)
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
         # two prompts a step, four completions each: the fixtures' steps
         rl = {"promptsPerStep": 2, "generationsPerPrompt": 4, **spec_kwargs.pop("rl", {})}
         spec = make_spec(rows=16, model_path=str(FIXTURES / "tokenizer"), rl=rl, **spec_kwargs)
@@ -79,12 +87,13 @@ def job(
             spec=spec,
             reporter=reporter,
             store=blobs,
-            workdir=tmp_path / "run",
+            # laid out as both backends lay out job directories: <jobs>/<run>/<attempt>
+            workdir=tmp_path / "jobs" / spec.run_id / str(spec.attempt),
             telemetry=telemetry(spec) if telemetry else None,
             watchdog=watchdog(reporter) if watchdog else None,
         )
         try:
-            code = run_engine(job, VerlEngine(verl_python=python))
+            code = run_engine(job, VerlEngine(verl_python=python, extra_overrides=extra))
         finally:
             reporter.close()
         return code, blobs
@@ -129,12 +138,14 @@ def test_a_run_reports_steps_rollouts_snapshots_and_its_adapter(
     assert rollouts[0].shares == {"correct": 1.0, "format": 0.2}
 
     last = service.of("snapshots")[-1]
+    sizes = {k: last.pop(k) for k in ("weightsBytes", "trainingStateBytes")}
     assert last == {
         "name": "step-4",
         "step": 4,
         "weights": "runs/run-1/snapshots/step-4/weights/",
         "trainingState": "runs/run-1/snapshots/step-4/training-state/",
     }
+    assert all(size > 0 for size in sizes.values())
     assert blobs.exists("runs/run-1/snapshots/step-4/weights/adapter_model.safetensors")
     assert blobs.exists(
         "runs/run-1/snapshots/step-4/training-state/actor/model_world_size_1_rank_0.pt"
@@ -299,3 +310,216 @@ def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Callable, tmp_path: P
     code, _ = job(watchdog=watchdog, rl={"training": {"maxSteps": 2}})
     assert code == 0
     assert made[0].check() is None and made[0].dumps == []
+
+
+@pytest.mark.slow
+def test_snapshots_survive_verl_saving_faster_than_they_export(
+    job: Callable, service: RecordingService, tmp_path: Path
+) -> None:
+    """verl saves every step while each export takes ten steps' time: no checkpoint vanishes
+    under its export (verl's rotation is off), every snapshot is complete, and once stored the
+    checkpoints before the latest one are removed from the node."""
+    code, blobs = job(
+        save_every=1, rl={"training": {"maxSteps": 5}}, env={"FAKE_VERL_EXPORT_SECONDS": "0.5"}
+    )
+    assert code == 0, service.of("failed")
+    assert [s["step"] for s in service.of("snapshots")] == [1, 2, 3, 4, 5]
+    for snapshot in service.of("snapshots"):
+        state = snapshot["trainingState"]
+        assert blobs.exists(f"{state}akka-verl.json") and blobs.exists(f"{state}data.pt")
+        assert blobs.exists(f"{state}actor/model_world_size_1_rank_0.pt")
+        assert blobs.exists(f"{snapshot['weights']}adapter_model.safetensors")
+    # the finished run leaves only verl's logs and metrics on the node
+    assert sorted(p.name for p in (tmp_path / RUN_DIR).iterdir()) == [
+        "lock",
+        "logs",
+        "metrics",
+        "pylib",
+        "reward",
+    ]
+
+
+@pytest.mark.slow
+def test_a_stopped_run_keeps_only_its_latest_stored_checkpoint_on_the_node(
+    job: Callable, service: RecordingService, tmp_path: Path
+) -> None:
+    service.decide = lambda kind, body: (
+        "stop" if kind == "snapshots" and body["step"] >= 3 else "continue"
+    )
+    code, _ = job(save_every=1, step_seconds="0.3", rl={"training": {"maxSteps": 20}})
+    assert code == 0 and service.kinds()[-1] == "stopped"
+    stored = max(s["step"] for s in service.of("snapshots"))
+    kept = sorted(
+        int(p.name.removeprefix("global_step_"))
+        for p in (tmp_path / RUN_DIR / "checkpoints").glob("global_step_*")
+    )
+    assert kept[0] == stored  # nothing older than the latest snapshot; later ones not stored
+    assert list((tmp_path / RUN_DIR / "exports").iterdir()) == []  # no export scratch left
+
+
+@pytest.mark.slow
+def test_verl_rotating_its_own_checkpoints_would_lose_one_mid_export(
+    job: Callable, service: RecordingService
+) -> None:
+    """The stand-in rotates as verl does when max_actor_ckpt_to_keep is set: with it, the
+    same run loses checkpoints before their snapshots (or fails mid-export), which is why the
+    engine turns verl's rotation off."""
+    code, _ = job(
+        save_every=1,
+        rl={"training": {"maxSteps": 5}},
+        env={"FAKE_VERL_EXPORT_SECONDS": "0.5"},
+        extra=("trainer.max_actor_ckpt_to_keep=2",),
+    )
+    snapshots = [s["step"] for s in service.of("snapshots")]
+    if code == 1:
+        assert "could not be saved" in service.of("failed")[0]["detail"]
+    else:
+        assert snapshots != [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_a_snapshot_holds_lora_weights_only_and_no_merged_model(
+    job: Callable, service: RecordingService, tmp_path: Path
+) -> None:
+    code, blobs = job(save_every=2, rl={"training": {"maxSteps": 2}, "lora": {"alpha": 32}})
+    assert code == 0
+    snapshot = service.of("snapshots")[0]
+    weights = sorted(k.rsplit("/", 1)[-1] for k in blobs.list(snapshot["weights"]))
+    assert weights == ["adapter_config.json", "adapter_model.safetensors"]
+    config = json.loads(blobs.get_bytes(f"{snapshot['weights']}adapter_config.json"))
+    assert (config["r"], config["lora_alpha"]) == (8, 32)
+    shard = blobs.get_bytes(f"{snapshot['trainingState']}actor/model_world_size_1_rank_0.pt")
+    import io
+
+    import torch
+
+    state = torch.load(io.BytesIO(shard))
+    assert state and all("lora_" in key for key in state)  # no base weights
+    manifest = json.loads(blobs.get_bytes(f"{snapshot['trainingState']}akka-verl.json"))
+    assert manifest["files"]["actor/model_world_size_1_rank_0.pt"] == len(shard)
+    # the report says what each part holds in the store (`runs snapshots` shows it)
+    for part, size in (("weights", "weightsBytes"), ("trainingState", "trainingStateBytes")):
+        assert snapshot[size] == sum(blobs.size(k) for k in blobs.list(snapshot[part]))
+
+
+@pytest.mark.slow
+def test_a_resume_on_the_same_node_reuses_the_checkpoint_left_there(
+    job: Callable, service: RecordingService, tmp_path: Path
+) -> None:
+    # attempt 1 stores the snapshot of step 2, then fails in step 3
+    code, blobs = job(mode="crash:3", save_every=2, rl={"training": {"maxSteps": 6}})
+    assert code == 1 and [s["step"] for s in service.of("snapshots")] == [2]
+    # attempt 2 resumes from it, in its own job directory, from the copy on the node
+    code, _ = job(resume=True, save_every=2, rl={"training": {"maxSteps": 6}})
+    assert code == 0, service.of("failed")
+    assert blobs.downloads == []  # neither the training state nor anything else downloaded
+    log = (tmp_path / RUN_DIR / "logs" / "attempt-2.log").read_text()
+    assert "fake verl: resuming from global_step_2" in log
+    steps = [b["step"] for b in service.of("steps")]
+    assert steps[-4:] == [3, 4, 5, 6]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ending", ["finished", "save-and-stop"])
+def test_verl_descendants_in_other_sessions_are_ended_on_a_normal_exit(
+    job: Callable, service: RecordingService, tmp_path: Path, ending: str
+) -> None:
+    """A child verl started in a session of its own (as Ray starts its raylet) outlives verl's
+    normal exit; the job ends it, by its pid, whatever way verl ended."""
+    if ending == "save-and-stop":
+        service.decide = lambda kind, body: "save-and-stop" if kind == "steps" else "continue"
+    child_file = tmp_path / "child.pid"
+    code, _ = job(
+        step_seconds="0.2",
+        save_every=100,
+        rl={"training": {"maxSteps": 3}},
+        env={"FAKE_VERL_CHILD": str(child_file)},
+    )
+    assert code == 0
+    assert service.kinds()[-1] == ("stopped" if ending == "save-and-stop" else "finished")
+    pid = int(child_file.read_text())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.slow
+def test_a_resume_at_the_last_step_finishes_with_the_snapshots_adapter(
+    job: Callable, service: RecordingService
+) -> None:
+    """A run paused with a save at its last step has nothing left to train once resumed."""
+    code, _ = job(save_every=2, rl={"training": {"maxSteps": 2}})
+    assert code == 0
+    code, _ = job(resume=True, save_every=2, rl={"training": {"maxSteps": 2}})
+    assert code == 0, service.of("failed")
+    finished = service.of("finished")[-1]
+    assert finished["adapter"] == "runs/run-1/snapshots/step-2/weights/"
+    assert finished["step"] == 2
+    assert finished["adapterModules"][0] == "base_model.model.model.layers.0.self_attn.q_proj"
+
+
+@pytest.mark.slow
+def test_a_terminated_job_ends_verl_and_its_descendants_first(
+    service: RecordingService, tmp_path: Path
+) -> None:
+    """SIGTERM to the job process (a cancel the backend forwards, a node drain) ends verl and
+    what verl started in other sessions before the job exits, instead of orphaning them."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {FIXTURES / "fake_verl.py"} "$@"\n')
+    python.chmod(0o755)
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "1 + 1?"},
+                {"role": "assistant", "content": "#### 2"},
+            ]
+        }
+    ]
+    blobs.put_bytes(
+        "datasets/sha256/aa/train", "".join(json.dumps(r) + "\n" for r in rows * 16).encode()
+    )
+    spec = make_spec(
+        rows=16,
+        model_path=str(FIXTURES / "tokenizer"),
+        rl={"promptsPerStep": 2, "generationsPerPrompt": 4, "training": {"maxSteps": 200}},
+    ).model_copy(update={"trainer_url": service.url, "storage_url": f"file://{tmp_path / 'blobs'}"})
+    job_dir = tmp_path / "jobs" / spec.run_id / str(spec.attempt)
+    job_dir.mkdir(parents=True)
+    (job_dir / "job.json").write_text(spec.model_dump_json(by_alias=True))
+    child_file = tmp_path / "child.pid"
+    env = {
+        **os.environ,
+        "AKKA_JOB_TOKEN": "token",
+        "AKKA_VERL_PYTHON": str(python),
+        "FAKE_VERL_STEP_SECONDS": "0.3",
+        "FAKE_VERL_CHILD": str(child_file),
+        "FAKE_VERL_MODE": "",
+    }
+    job = subprocess.Popen(
+        [sys.executable, "-m", "akka_training.engines.job", str(job_dir / "job.json")],
+        cwd=job_dir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not service.of("steps") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert service.of("steps"), service.kinds()
+        child = psutil.Process(int(child_file.read_text()))
+        verl = [
+            p for p in psutil.Process(job.pid).children() if "fake_verl" in " ".join(p.cmdline())
+        ]
+        assert child.is_running() and verl
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=20) == 128 + signal.SIGTERM
+        child.wait(timeout=5)  # raises if verl's descendant outlived the job
+        verl[0].wait(timeout=5)
+    finally:
+        if job.poll() is None:
+            job.kill()

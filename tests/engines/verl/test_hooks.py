@@ -35,9 +35,16 @@ trainer.on_step_end()
 before = (list(calls), trainer.total_training_steps)
 open(os.environ["AKKA_VERL_SAVE_REQUEST"], "w").close()
 trainer.on_step_end()
+after = [list(calls), trainer.total_training_steps]
+# a step verl saved on its schedule is not saved again
+calls.clear()
+trainer.global_steps, trainer.total_training_steps = 4, 10
+os.makedirs(os.path.join(sys.argv[1], "global_step_4"))
+trainer.on_step_end()
+scheduled = [list(calls), trainer.total_training_steps]
 print(json.dumps({"hooks_loaded": hooks_loaded, "trainer_loaded_early": trainer_loaded_early,
                   "subclass": issubclass(cls, PPOTrainerSync) and cls is not PPOTrainerSync,
-                  "before": before, "after": [calls, trainer.total_training_steps],
+                  "before": before, "after": after, "scheduled": scheduled,
                   "timed": "save_checkpoint" in trainer.timing_raw}))
 """
 
@@ -57,6 +64,8 @@ def test_trainer_saves_and_stops_on_request(verl_env: VerlEnv, tmp_path: Path) -
     assert probe["subclass"]
     # without a request: verl's own end of step only
     assert probe["before"] == [[["update", 3]], 10]
-    # with one: a checkpoint of step 3, and step 3 becomes the last
-    assert probe["after"] == [[["update", 3], ["update", 3], ["save", 3]], 3]
+    # with one: a checkpoint of step 3 at verl's save point, before the end of step wakes the
+    # rollout engine to load the new weights; and step 3 becomes the last
+    assert probe["after"] == [[["update", 3], ["save", 3], ["update", 3]], 3]
+    assert probe["scheduled"] == [[["update", 4]], 4]
     assert probe["timed"]

@@ -12,7 +12,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from akka_training.engines.verl.launcher import Exited, Stalled, Steps, Tick, VerlProcess
+from akka_training.engines.verl.launcher import (
+    FAMILY_ENV,
+    Exited,
+    Stalled,
+    Steps,
+    Tick,
+    VerlProcess,
+    reap_leftovers,
+)
 from akka_training.engines.verl.overrides import build_overrides
 from akka_training.engines.verl.paths import VerlPaths
 from akka_training.engines.verl.reward_config import RewardConfig
@@ -25,7 +33,7 @@ FAKE = FIXTURES / "fake_verl.py"
 
 
 def fake_verl(
-    tmp_path: Path, mode: str = "", steps: int = 3, **env: str
+    tmp_path: Path, mode: str = "", steps: int = 3, family: str | None = None, **env: str
 ) -> tuple[VerlProcess, VerlPaths]:
     paths = VerlPaths(tmp_path / "run", 1)
     paths.make_dirs()
@@ -42,7 +50,11 @@ def fake_verl(
     ]
     full_env = {"VERL_FILE_LOGGER_PATH": str(paths.metrics_file), "FAKE_VERL_MODE": mode, **env}
     process = VerlProcess(
-        command, metrics_file=paths.metrics_file, log_file=paths.log_file, env=full_env
+        command,
+        metrics_file=paths.metrics_file,
+        log_file=paths.log_file,
+        env=full_env,
+        family=family,
     )
     return process, paths
 
@@ -140,3 +152,36 @@ def test_metrics_file_is_fresh_per_attempt(tmp_path: Path) -> None:
     lines = [json.loads(line)["step"] for line in paths.metrics_file.read_text().splitlines()]
     assert lines == [1, 2]
     assert VerlPaths(paths.root, 2).metrics_file != paths.metrics_file
+
+
+def test_a_normal_exit_reaps_what_outlived_verl(tmp_path: Path) -> None:
+    child_file = tmp_path / "child.pid"
+    process, _ = fake_verl(tmp_path, steps=2, FAKE_VERL_CHILD=str(child_file))
+    process.start()
+    assert list(process.events(poll_seconds=0.05))[-1] == Exited(0)
+    child = psutil.Process(int(child_file.read_text()))
+    assert (child.is_running() and child.ppid() == 1) or child.ppid() != process.pid
+    assert process.stop(grace=5) == 0
+    child.wait(timeout=5)  # raises if the child outlived the stop
+
+
+def test_what_an_earlier_attempt_left_is_ended_by_the_runs_marker(tmp_path: Path) -> None:
+    """A job killed outright (SIGKILL: no chance to stop verl) leaves verl's processes in other
+    sessions running; the next attempt of the run finds them by the marker in their
+    environment and ends them."""
+    child_file = tmp_path / "child.pid"
+    process, _ = fake_verl(
+        tmp_path, mode="stall:1", steps=5, family="run-7/1", FAKE_VERL_CHILD=str(child_file)
+    )
+    process.start()
+    for event in process.events(poll_seconds=0.05):
+        if isinstance(event, Steps):
+            break
+    child = psutil.Process(int(child_file.read_text()))
+    assert child.environ()[FAMILY_ENV].startswith("run-7/1/")
+    os.kill(process.pid, 9)
+    process.wait(timeout=5)
+    assert child.is_running()
+    assert reap_leftovers("run-70") == 0  # another run's prefix does not match
+    assert reap_leftovers("run-7", grace=5) == 1
+    child.wait(timeout=5)

@@ -50,6 +50,9 @@ def test_grpo_plan_becomes_verl_settings() -> None:
     assert o["data.max_response_length"] == "128"
     assert o["actor_rollout_ref.model.lora_rank"] == "8"
     assert o["actor_rollout_ref.model.lora_alpha"] == "16"
+    # the checkpoint holds the adapter's weights only, and verl deletes none of its own
+    assert o["+actor_rollout_ref.actor.checkpoint.save_lora_only"] == "true"
+    assert o["trainer.max_actor_ckpt_to_keep"] == "null"
     assert o["actor_rollout_ref.model.target_modules"] == "all-linear"
     assert o["actor_rollout_ref.rollout.load_format"] == "safetensors"
     assert o["actor_rollout_ref.actor.optim.lr"] == "1e-05"
@@ -218,3 +221,17 @@ def test_sft_is_not_verl_work() -> None:
     spec.settings.method = "sft"
     with pytest.raises(ValueError, match="grpo and gspo"):
         build_overrides(spec, PATHS)
+
+
+def test_a_lora_alpha_reaches_verl_as_the_whole_number_it_types() -> None:
+    spec = make_spec(rl={"lora": {"alpha": 32}})  # the plan holds 32.0
+    overrides = dict(o.split("=", 1) for o in build_overrides(spec, VerlPaths(Path("/r"), 1)))
+    assert overrides["actor_rollout_ref.model.lora_alpha"] == "32"
+    assert verl_constraints(spec) == []
+
+
+def test_a_fractional_lora_alpha_is_refused_with_what_to_set() -> None:
+    assert verl_constraints(make_spec(rl={"lora": {"alpha": 0.5}})) == [
+        "verl trains with an integer LoRA alpha, and config.rlHyperparams.lora.alpha is 0.5: "
+        "set it to a whole number such as 1"
+    ]

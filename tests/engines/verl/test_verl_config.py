@@ -73,6 +73,10 @@ def test_main_ppo_composes_our_overrides(verl_env: VerlEnv, tmp_path: Path) -> N
         "reward_kwargs": {"akka_reward_config": str(paths.reward_config)},
     }
     assert config["data"]["val_files"] == str(paths.eval_data)
+    # LoRA-only checkpoints, and no rotation of verl's own (the job rotates after its uploads)
+    assert actor["checkpoint"]["save_lora_only"] is True
+    assert config["trainer"]["max_actor_ckpt_to_keep"] is None
+    assert model["lora_alpha"] == 16
 
 
 def test_verl_validates_what_we_accept_and_refuses_what_we_refuse(
@@ -104,11 +108,18 @@ def test_verl_validates_what_we_accept_and_refuses_what_we_refuse(
             "actor_rollout_ref.actor.loss_agg_mode=per-token",
         ]
     )
+    # and an alpha as a float, which verl's trainer refuses once Ray is up (HFModelConfig)
+    batch.append(
+        [
+            *build_overrides(make_spec(), VerlPaths(tmp_path, 1)),
+            "actor_rollout_ref.model.lora_alpha=32.0",
+        ]
+    )
     cases_file = tmp_path / "cases.json"
     cases_file.write_text(json.dumps(batch))
     done = verl_env.run(["-m", "akka_training.engines.verl.preflight", "--batch", str(cases_file)])
     lines = [json.loads(line) for line in done.stdout.strip().splitlines()]
-    answers = dict(zip([*cases, "bad loss aggregation"], lines, strict=True))
+    answers = dict(zip([*cases, "bad loss aggregation", "float alpha"], lines, strict=True))
     for name, spec in accepted.items():
         assert answers[name]["ok"], (name, answers[name]["error"])
         assert verl_constraints(spec) == [], name
@@ -125,4 +136,9 @@ def test_verl_validates_what_we_accept_and_refuses_what_we_refuse(
     assert answers["grpo, 1 GPU"]["flashAttention"] is False
     assert not answers["bad loss aggregation"]["ok"]
     assert "Invalid loss_agg_mode" in answers["bad loss aggregation"]["error"]
+    assert not answers["float alpha"]["ok"]
+    assert (
+        "'32.0' of type 'float' could not be converted to Integer"
+        in (answers["float alpha"]["error"])
+    )
     assert done.returncode == 1  # some configuration was refused

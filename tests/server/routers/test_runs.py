@@ -240,6 +240,8 @@ def test_what_the_job_reported_reads_back_and_a_branch_joins_the_tree(
         if step % 2 == 0:
             keys = f"runs/{run_id}/snapshots/step-{step}"
             body = {"name": f"step-{step}", "step": step, "weights": f"{keys}/weights/"}
+            if step == 4:  # a job that measured what it stored
+                body |= {"weightsBytes": 1536, "trainingStateBytes": 3 * 2**20}
             report("snapshots", {**body, "trainingState": f"{keys}/training-state/"})
     report("finished", {"adapter": f"runs/{run_id}/adapter/", "step": 4})
 
@@ -256,6 +258,10 @@ def test_what_the_job_reported_reads_back_and_a_branch_joins_the_tree(
         ("step-4", 4, 1, False),
     ]
     assert snapshots[0]["trainingState"] == f"runs/{run_id}/snapshots/step-2/training-state/"
+    assert [(s["weightsBytes"], s["trainingStateBytes"]) for s in snapshots] == [
+        (None, None),
+        (1536, 3 * 2**20),
+    ]
     metrics = api.get(f"/v1/runs/{run_id}/metrics", params={"fields": "loss"}).json()
     assert (metrics["run"], metrics["method"]) == (run_id, "sft")
     assert [(s["step"], s["attempt"], s["loss"]) for s in metrics["steps"]] == [

@@ -271,13 +271,20 @@ def _print_snapshots(rows: list[Snapshot]) -> None:
                 s.name,
                 s.step,
                 s.attempt,
-                "swept" if s.swept else "yes",
-                "swept" if s.swept else ("yes" if s.training_state else "no"),
+                "swept" if s.swept else _stored(s.weights_bytes),
+                "swept"
+                if s.swept
+                else (_stored(s.training_state_bytes) if s.training_state else "no"),
                 when(s.created_at),
             ]
             for s in rows
         ],
     )
+
+
+def _stored(size: int | None) -> str:
+    """A snapshot part that is stored: its size when the job measured it."""
+    return "yes" if size is None else human_bytes(size)
 
 
 @app.command()

@@ -13,10 +13,15 @@ it after it sent ``started``, and sends the end report from what it returns or r
    `verl_python`) and follows it: each optimizer step becomes a ``steps`` report (verl's
    metrics under our names, plus the figures of its rollouts) and a ``rollouts`` step file;
    each checkpoint verl writes (every ``saveEvery`` steps and at the end) becomes a snapshot:
-   its training state and its adapter, exported with verl's model merger;
+   its training state (LoRA weights, optimizer, data position) and its adapter, read out of the
+   shards in verl's environment (`snapshots.export_adapter`); once both are stored, the export's
+   scratch and the checkpoints before it are removed (verl's own rotation is off, so nothing
+   vanishes under an export);
 3. obeys the service's directive after every event: ``stop`` ends verl at once;
    ``save-and-stop`` has verl save at the end of the current step and exit (`hooks`);
-4. returns an `Outcome`: finished, with the last snapshot's weights (already in the store) as
+4. ends verl's whole process tree on every way out (`VerlProcess.stop`), also when the job
+   itself is told to terminate (SIGTERM);
+5. returns an `Outcome`: finished, with the last snapshot's weights (already in the store) as
    the final adapter, or stopped; or raises a `JobError` with the reason it recognised
    (verl's environment missing or unable to start: ``job-start-failed``; a dataset it cannot
    convert: ``data-error``; a source it cannot restore: ``source-unavailable``; reward terms
@@ -29,21 +34,28 @@ terms' timings, failures and judge tokens, and the rollout histograms; a stall s
 gauge, and each step feeds the job's stall watchdog. `extra_overrides` are verl overrides
 appended after ours (a deployment's tuning, such as
 ``actor_rollout_ref.rollout.gpu_memory_utilization=0.4``); verl validates them with the rest.
-verl's files stay in the job directory, so a resume on the same host finds verl's checkpoints
-without downloading them. The job's bundle resolver turns a rule term's bundle reference into
+verl's files stay in the run's directory on the node (`VerlPaths.for_job`, beside the attempts'
+job directories), so a resume on the same node finds the checkpoint it resumes from and reuses
+it when it matches the snapshot, without downloading it; processes an earlier attempt left
+there are ended first (`launcher.reap_leftovers`). The job's bundle resolver turns a rule term's bundle reference into
 its unpacked directory (the same one the TRL engine gets).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shutil
+import signal
 import subprocess
+import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 
 import akka_training
 from akka_training.blobstore.base import BlobStore
@@ -77,16 +89,19 @@ from akka_training.engines.verl.launcher import (
     Steps,
     VerlProcess,
     main_ppo_command,
+    reap_leftovers,
 )
 from akka_training.engines.verl.metrics import VerlStep
 from akka_training.engines.verl.overrides import (
+    FROZEN_TOWERS,
     build_overrides,
     file_logger_env,
+    lora_alpha,
     plan_sizes,
     runtime_env_overrides,
     verl_constraints,
 )
-from akka_training.engines.verl.paths import VerlPaths
+from akka_training.engines.verl.paths import DirectoryBusy, VerlPaths, lock
 from akka_training.engines.verl.records import setup_error
 from akka_training.engines.verl.reward_config import CONFIG_ENV, bundle_refs, reward_config_for
 from akka_training.engines.verl.rollouts import RolloutJoiner, StepRollouts
@@ -104,6 +119,9 @@ HOOKS_MODULE = "akka_training.engines.verl.hooks"
 # How long a step's report waits for verl's rollout dump after its metrics line.
 DUMP_WAIT_SECONDS = 60.0
 PREFLIGHT_TIMEOUT = 300.0
+# How long verl gets to end after the job itself was told to terminate (the local runner kills
+# the job 20 s after its SIGTERM).
+TERMINATE_GRACE = 10.0
 
 
 class VerlEngine:
@@ -119,18 +137,25 @@ class VerlEngine:
     def run(self, job: JobContext) -> Outcome:
         """Train one attempt of a grpo/gspo run with verl."""
         spec = job.spec
-        paths = VerlPaths(job.workdir / "verl", spec.attempt)
+        paths = VerlPaths.for_job(job.workdir, spec.attempt)
         python = _verl_python(self.verl_python)
-        overrides, env, written = _setup(
-            spec, paths, job.store, python, job.bundles, list(self.extra_overrides)
-        )
-        data_fit = {"rows": written.rows, "rowsWithoutAnswer": written.without_answer}
-        job.reporter.training(
-            TrainingReport(total_steps=plan_sizes(spec).total_steps, data_fit=data_fit)
-        )
-        if job.telemetry is not None:
-            job.telemetry.training("rl")
-        return _train(job, paths, python, overrides, env)
+        try:
+            with lock(paths):
+                ended = reap_leftovers(spec.run_id)
+                if ended:
+                    log.warning("ended %d process(es) an earlier attempt of this run left", ended)
+                overrides, env, written = _setup(
+                    spec, paths, job.store, python, job.bundles, list(self.extra_overrides)
+                )
+                data_fit = {"rows": written.rows, "rowsWithoutAnswer": written.without_answer}
+                job.reporter.training(
+                    TrainingReport(total_steps=plan_sizes(spec).total_steps, data_fit=data_fit)
+                )
+                if job.telemetry is not None:
+                    job.telemetry.training("rl")
+                return _train(job, paths, python, overrides, env)
+        except DirectoryBusy as exc:
+            raise JobStartFailed(str(exc)) from exc
 
 
 # --- setup ------------------------------------------------------------------------------------
@@ -316,7 +341,9 @@ class _Progress:
         self.step = start  # the latest step verl completed
         self.reported_step = start  # the latest step reported to the service
         self.snapshot_step = start  # the latest step saved as a snapshot
-        self.snapshot_weights: str | None = None
+        # A resume starts from its snapshot: paused at the last step, it has nothing left to
+        # train, and finishes with that snapshot's weights.
+        self.snapshot_weights: str | None = spec.resume.weights if spec.resume else None
         self.adapter_modules: list[str] = []
         self.pending: dict[int, tuple[VerlStep, float]] = {}  # step -> (metrics, seen at)
         self.stopping: str | None = None  # the directive being carried out
@@ -339,44 +366,73 @@ def _train(
         log_file=paths.log_file,
         env=env,
         cwd=paths.root,
+        family=f"{spec.run_id}/{spec.attempt}",
     )
-    process.start()
-    try:
-        for event in process.events(stall_seconds=spec.telemetry.stall_seconds):
-            # 1. take in what verl did
-            if isinstance(event, Steps):
-                for step in event.steps:
-                    progress.pending[step.step] = (step, time.monotonic())
-                    progress.step = max(progress.step, step.step)
-                if job.watchdog is not None:
-                    job.watchdog.progress()
-                if telemetry is not None:
-                    telemetry.stalled(False)
-            elif isinstance(event, Stalled):
-                if telemetry is not None:
-                    telemetry.stalled(True)
-                log.warning(
-                    "verl completed no step for %.0f s (last step %s)",
-                    event.seconds,
-                    event.last_step,
-                )
-            final = isinstance(event, Exited)
-            # 2. report steps, rollouts and snapshots, in order
-            _report_steps(
-                spec, blobs, reporter, telemetry, joiner, progress, sizes.total_steps, final=final
-            )
-            _take_snapshot(spec, paths, blobs, reporter, python, env, progress)
-            if isinstance(event, Exited):
-                return _finish(spec, paths, progress, event.returncode)
-            # 3. obey the service
-            _obey(reporter.action, process, env, progress)
-    except JobError:
-        process.stop()
-        raise
-    finally:
-        if process.returncode is None:
-            process.stop()
+    grace = 30.0
+    with _terminate_raises():
+        process.start()
+        try:
+            for event in process.events(stall_seconds=spec.telemetry.stall_seconds):
+                # 1. take in what verl did
+                if isinstance(event, Steps):
+                    for step in event.steps:
+                        progress.pending[step.step] = (step, time.monotonic())
+                        progress.step = max(progress.step, step.step)
+                    if job.watchdog is not None:
+                        job.watchdog.progress()
+                    if telemetry is not None:
+                        telemetry.stalled(False)
+                elif isinstance(event, Stalled):
+                    if telemetry is not None:
+                        telemetry.stalled(True)
+                    log.warning(
+                        "verl completed no step for %.0f s (last step %s)",
+                        event.seconds,
+                        event.last_step,
+                    )
+                final = isinstance(event, Exited)
+                # 2. report steps and rollouts, in order
+                _report_steps(
+                    spec, blobs, reporter, telemetry, joiner, progress, sizes.total_steps,
+                    final=final,
+                )  # fmt: skip
+                # 3. obey the service before a snapshot's export, which takes a while
+                if not final:
+                    _obey(reporter.action, process, env, progress)
+                # 4. snapshots of the checkpoints whose steps were reported, in order
+                _take_snapshot(spec, paths, blobs, reporter, python, env, progress)
+                if isinstance(event, Exited):
+                    outcome = _finish(spec, paths, progress, event.returncode, blobs)
+                    if not outcome.stopped:
+                        _tidy_finished(paths)
+                    return outcome
+                _obey(reporter.action, process, env, progress)
+        except SystemExit:
+            grace = TERMINATE_GRACE
+            raise
+        finally:
+            # Every way out, a normal exit too: verl and every process it started (Ray leaves
+            # processes in sessions of their own behind when verl ends).
+            process.stop(grace=grace)
     raise AssertionError("verl's events ended without an exit")
+
+
+@contextlib.contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """While verl runs, SIGTERM to the job (a cancel, a node drain) unwinds the job through its
+    ``finally`` blocks, which end verl's process tree, instead of killing the job alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _obey(action: str, process: VerlProcess, env: dict[str, str], progress: _Progress) -> None:
@@ -512,31 +568,67 @@ def _snapshot(
 ) -> None:
     keys = blobkeys.snapshot_keys(spec.run_id, step)
     checkpoint = paths.checkpoint(step)
+    scratch = paths.exports / f"step-{step}"
+    settings = spec.settings
     try:
         adapter = snapshots.export_adapter(
             python,
             checkpoint,
-            paths.exports / f"step-{step}",
+            scratch,
+            alpha=lora_alpha(spec),
+            base_model=settings.base_model.path,
+            exclude_modules=FROZEN_TOWERS if settings.base_model.modality != "text" else None,
             env={**os.environ, **env},
             log_file=paths.log_file,
         )
         snapshots.save_adapter(blobs, keys.weights, adapter)
-        snapshots.save_training_state(
-            blobs, keys.training_state, checkpoint, step=step, gpus=spec.settings.execution.gpus
+        adapter_bytes = snapshots.directory_bytes(adapter)
+        modules = snapshots.adapter_modules(adapter)
+        state_bytes = snapshots.save_training_state(
+            blobs, keys.training_state, checkpoint, step=step, gpus=settings.execution.gpus
         )
     except (snapshots.SnapshotError, OSError, subprocess.TimeoutExpired) as exc:
         raise JobError(f"the snapshot of step {step} could not be saved: {exc}") from exc
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    # Both parts are stored: the checkpoints before this one are no longer needed here.
+    snapshots.rotate(paths.checkpoints, keep=step)
     progress.snapshot_step = step
     progress.snapshot_weights = keys.weights
-    progress.adapter_modules = snapshots.adapter_modules(adapter)
+    progress.adapter_modules = modules
+    log.info(
+        "snapshot of step %d stored: adapter %d bytes, training state %d bytes",
+        step,
+        adapter_bytes,
+        state_bytes,
+    )
     reporter.snapshot(
         SnapshotReport(
-            name=keys.name, step=step, weights=keys.weights, training_state=keys.training_state
+            name=keys.name,
+            step=step,
+            weights=keys.weights,
+            training_state=keys.training_state,
+            weights_bytes=adapter_bytes,
+            training_state_bytes=state_bytes,
         )
     )
 
 
-def _finish(spec: JobSpec, paths: VerlPaths, progress: _Progress, returncode: int) -> Outcome:
+def _tidy_finished(paths: VerlPaths) -> None:
+    """A finished run needs nothing of its verl directory on the node but verl's logs and
+    metrics: its snapshots are in the store (a continuation downloads what it starts from)."""
+    for directory in (
+        paths.checkpoints,
+        paths.exports,
+        paths.root / "data",
+        paths.root / "rollouts",
+    ):
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _finish(
+    spec: JobSpec, paths: VerlPaths, progress: _Progress, returncode: int, blobs: BlobStore
+) -> Outcome:
     if progress.stopping == "stop" or (progress.stopping == "save-and-stop" and returncode == 0):
         step = progress.snapshot_step if progress.stopping == "save-and-stop" else progress.step
         return Outcome(step=step, stopped=True, adapter_modules=progress.adapter_modules)
@@ -547,10 +639,21 @@ def _finish(spec: JobSpec, paths: VerlPaths, progress: _Progress, returncode: in
             f"verl ended at step {progress.step} without a final checkpoint "
             f"(the last snapshot is of step {progress.snapshot_step})"
         )
+    modules = progress.adapter_modules
+    if not modules:  # the weights are the resumed snapshot's: read their modules from the store
+        adapter = paths.exports / "resumed"
+        try:
+            modules = snapshots.adapter_modules(
+                snapshots.fetch_adapter(blobs, progress.snapshot_weights, adapter)
+            )
+        except (snapshots.SnapshotError, OSError) as exc:
+            raise SourceUnavailable(f"the adapter of the resumed snapshot: {exc}") from exc
+        finally:
+            shutil.rmtree(adapter, ignore_errors=True)
     return Outcome(
         step=progress.snapshot_step,
         adapter_key=progress.snapshot_weights,
-        adapter_modules=progress.adapter_modules,
+        adapter_modules=modules,
     )
 
 

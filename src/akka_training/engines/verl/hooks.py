@@ -8,7 +8,9 @@ trainer registered as ``sync`` (``verl.trainer.ppo.v1.trainer_base.TRAINER_REGIS
 subclass that, at the end of each step, looks for the request file named by
 ``AKKA_VERL_SAVE_REQUEST``. When it exists, the trainer saves a checkpoint (unless this step
 already saved one) and makes this step its last: ``fit`` then logs the step's metrics and
-returns, and ``main_ppo`` exits normally.
+returns, and ``main_ppo`` exits normally. The save happens where verl's own scheduled saves
+happen: after the policy update, before the base class's end of step wakes the rollout engine
+(vLLM) to load the new weights, so the checkpoint is written while vLLM holds no device memory.
 
 Importing this module costs nothing: the subclass is installed only in the process that imports
 verl's trainer module (the trainer's Ray actor), by an import hook.
@@ -42,18 +44,20 @@ def install_trainer(module: ModuleType) -> type:
         """verl's synchronous trainer, plus a checkpoint and a stop when the job asks."""
 
         def on_step_end(self) -> None:
-            super().on_step_end()
+            # verl's own save point: fit() saves after the step's update and before this hook,
+            # whose base wakes the rollout engine to load the new weights. A requested save
+            # happens here too, before the base, while vLLM still holds none of its memory.
             request = os.environ.get(SAVE_REQUEST_ENV)
-            if not request or not os.path.exists(request):
-                return
-            step_dir = os.path.join(
-                self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"
-            )
-            if not os.path.isdir(step_dir):
-                with marked_timer("save_checkpoint", self.timing_raw, color="green"):
-                    self._save_checkpoint()
-            # fit() loops while global_steps <= total_training_steps: this step is the last.
-            self.total_training_steps = self.global_steps
+            if request and os.path.exists(request):
+                step_dir = os.path.join(
+                    self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"
+                )
+                if not os.path.isdir(step_dir):
+                    with marked_timer("save_checkpoint", self.timing_raw, color="green"):
+                        self._save_checkpoint()
+                # fit() loops while global_steps <= total_training_steps: this step is the last.
+                self.total_training_steps = self.global_steps
+            super().on_step_end()
 
     TRAINER_REGISTRY["sync"] = SaveOnRequestTrainer
     return SaveOnRequestTrainer

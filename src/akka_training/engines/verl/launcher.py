@@ -6,18 +6,27 @@ started: its Ray head, its workers, vLLM), with stdout and stderr appended to th
 follows verl's metrics file (`metrics.MetricsTail`) and reports, through `events`, the steps
 that completed, a stall (no new step for a while) and the exit.
 
-Stopping sends SIGTERM to the group and to every descendant (Ray starts some of its processes in
-sessions of their own), waits `grace` seconds, then sends SIGKILL to what is left.
+Every process verl starts carries `FAMILY_ENV` in its environment (Ray passes its driver's
+environment on to the raylet and the workers), so the whole tree is found even where a process
+left verl's session and was reparented to init. `stop` ends that tree on every exit path: after
+a normal exit it reaps what outlived verl (a raylet or a worker in a session of its own), and
+while verl runs it sends SIGTERM to the group and to every member, waits `grace` seconds, then
+sends SIGKILL to what is left. verl's main process also gets SIGKILL when the job's process dies
+(``PR_SET_PDEATHSIG`` on Linux), and `reap_leftovers` ends what an earlier attempt of the same run
+left on the node, by the run's part of the same variable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +35,11 @@ import psutil
 from akka_training.engines.verl.metrics import MetricsTail, VerlStep
 
 MAIN_MODULE = "verl.trainer.main_ppo"
+# "<run>/<attempt>/<unique>" in the environment of every process of one run of verl.
+FAMILY_ENV = "AKKA_VERL_FAMILY"
+_PR_SET_PDEATHSIG = 1
+# Looked up before any fork: the child between fork and exec only calls it.
+_PRCTL = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform.startswith("linux") else None
 
 
 @dataclass(frozen=True)
@@ -71,11 +85,14 @@ class VerlProcess:
         log_file: Path,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        family: str | None = None,
     ) -> None:
         self.command = list(command)
         self.metrics = MetricsTail(metrics_file)
         self.log_file = log_file
-        self.env = {**os.environ, **(env or {})}
+        # `family`: "<run>/<attempt>", so that a later attempt can find what this one left.
+        self.family = f"{family or 'verl'}/{uuid.uuid4().hex}"
+        self.env = {**os.environ, **(env or {}), FAMILY_ENV: self.family}
         self.cwd = cwd
         self._process: subprocess.Popen[bytes] | None = None
         self._last_progress = 0.0
@@ -98,6 +115,7 @@ class VerlProcess:
                 env=self.env,
                 cwd=self.cwd,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         self._last_progress = time.monotonic()
 
@@ -147,22 +165,21 @@ class VerlProcess:
             time.sleep(poll_seconds)
 
     def stop(self, grace: float = 30.0) -> int:
-        """SIGTERM to verl's process group and descendants, SIGKILL after `grace` seconds;
-        returns the exit status (negative: the signal that ended it)."""
+        """End verl and every process it started; returns verl's exit status (negative: the
+        signal that ended it). After verl exited on its own this reaps what outlived it;
+        before, SIGTERM to verl's group and every member, SIGKILL after `grace` seconds."""
         if self._process is None:
             raise RuntimeError("verl was not started")
-        if self._process.poll() is not None:
-            self._reap_descendants(grace, list(self._family.values()))
-            return self._process.returncode
         self._remember_family()
-        family = list(self._family.values())
-        self._signal_all(signal.SIGTERM, family)
-        try:
-            self._process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self._signal_all(signal.SIGKILL, family)
-            self._process.wait()
-        self._reap_descendants(grace, family)
+        if self._process.poll() is None:
+            family = self._members()
+            self._signal_all(signal.SIGTERM, family)
+            try:
+                self._process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self._signal_all(signal.SIGKILL, self._members())
+                self._process.wait()
+        _end_all(self._members(), grace)
         return self._process.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -173,9 +190,20 @@ class VerlProcess:
     # --- helpers ------------------------------------------------------------------------------
 
     def _remember_family(self) -> None:
+        if self.returncode is not None:
+            return  # verl's pid is no longer its own
         with contextlib.suppress(psutil.Error):
             for child in psutil.Process(self.pid).children(recursive=True):
                 self._family.setdefault(child.pid, child)
+
+    def _members(self) -> list[psutil.Process]:
+        """verl's descendants: those seen while it ran, and every live process that carries
+        this run of verl's `FAMILY_ENV` (found also once reparented)."""
+        members = {p.pid: p for p in self._family.values() if _alive(p)}
+        for process in marked_processes(lambda value: value == self.family):
+            members.setdefault(process.pid, process)
+        members.pop(os.getpid(), None)
+        return list(members.values())
 
     def _signal_all(self, signum: int, family: list[psutil.Process]) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -184,18 +212,48 @@ class VerlProcess:
             with contextlib.suppress(psutil.Error):
                 process.send_signal(signum)
 
-    def _reap_descendants(self, grace: float, family: list[psutil.Process]) -> None:
-        """Processes verl started that outlived it (a Ray raylet in its own session, say)."""
-        survivors = [p for p in family if _alive(p)]
-        if not survivors:
-            return
-        for process in survivors:
-            with contextlib.suppress(psutil.Error):
-                process.terminate()
-        _, alive = psutil.wait_procs(survivors, timeout=grace)
-        for process in alive:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
+
+def marked_processes(match: Callable[[str], bool]) -> list[psutil.Process]:
+    """Live processes of this user whose `FAMILY_ENV` value satisfies `match`."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            value = process.environ().get(FAMILY_ENV)
+            if value is not None and match(value) and _alive(process):
+                found.append(process)
+    return found
+
+
+def reap_leftovers(run_id: str, grace: float = 10.0) -> int:
+    """End the processes an earlier attempt of `run_id` left on this node (a job killed before
+    it could stop verl); returns how many there were."""
+    prefix = f"{run_id}/"
+    leftovers = [
+        p for p in marked_processes(lambda v: v.startswith(prefix)) if p.pid != os.getpid()
+    ]
+    _end_all(leftovers, grace)
+    return len(leftovers)
+
+
+def _end_all(processes: list[psutil.Process], grace: float) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds, to every process still alive."""
+    survivors = [p for p in processes if _alive(p)]
+    if not survivors:
+        return
+    for process in survivors:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(survivors, timeout=grace)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=grace)
+
+
+def _die_with_parent() -> None:
+    """In verl's main process before it starts: SIGKILL when the job's process dies."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
 def _alive(process: psutil.Process) -> bool:

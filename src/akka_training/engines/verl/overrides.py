@@ -138,6 +138,12 @@ def verl_constraints(spec: JobSpec) -> list[str]:
             f"maxCompletionTokens ({rl.max_completion_tokens}): raise maxSeqLength or lower "
             f"maxCompletionTokens"
         )
+    alpha = rl.lora.alpha
+    if alpha != int(alpha):
+        problems.append(
+            f"verl trains with an integer LoRA alpha, and config.rlHyperparams.lora.alpha is "
+            f"{alpha:g}: set it to a whole number such as {max(1, round(alpha))}"
+        )
     rank = _lora_rank(spec)
     if rank > MAX_LORA_RANK:
         problems.append(
@@ -190,7 +196,8 @@ def build_overrides(spec: JobSpec, paths: VerlPaths, *, attention: Attention = "
         # model and adapter
         "actor_rollout_ref.model.path": settings.base_model.path,
         "actor_rollout_ref.model.lora_rank": _lora_rank(spec),
-        "actor_rollout_ref.model.lora_alpha": rl.lora.alpha,
+        # verl types lora_alpha as an integer (HFModelConfig): 32, never 32.0
+        "actor_rollout_ref.model.lora_alpha": lora_alpha(spec),
         "actor_rollout_ref.model.target_modules": rl.lora.target_modules,
         "actor_rollout_ref.model.use_remove_padding": attention == "flash_attention_2",
         "+actor_rollout_ref.model.override_config.attn_implementation": attention,
@@ -206,6 +213,9 @@ def build_overrides(spec: JobSpec, paths: VerlPaths, *, attention: Attention = "
         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": rl.optimizer.warmup_ratio,
         "actor_rollout_ref.actor.use_kl_loss": rl.kl_beta > 0,
         "actor_rollout_ref.actor.fsdp_config.dtype": precision,
+        # the checkpoint holds the adapter's weights, not the base model's: a resume loads the
+        # base model from its path and these on top (verl's FSDP checkpoint manager)
+        "+actor_rollout_ref.actor.checkpoint.save_lora_only": True,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": sizes.micro_batch_per_gpu,
         # rollout, colocated: every GPU holds a training rank and a rollout engine
         "actor_rollout_ref.rollout.name": "vllm",
@@ -231,7 +241,9 @@ def build_overrides(spec: JobSpec, paths: VerlPaths, *, attention: Attention = "
         "trainer.logger": ["console", "file"],
         "trainer.default_local_dir": str(paths.checkpoints),
         "trainer.save_freq": settings.execution.save_every,
-        "trainer.max_actor_ckpt_to_keep": 2,
+        # verl would delete its oldest checkpoint before each save, possibly while the job still
+        # exports or uploads it: the job removes a checkpoint itself once its snapshot is stored
+        "trainer.max_actor_ckpt_to_keep": None,
         "trainer.resume_mode": "auto" if resuming else "disable",
         "trainer.rollout_data_dir": str(paths.rollouts),
         "trainer.val_before_train": False,
@@ -287,6 +299,11 @@ def _lora_rank(spec: JobSpec) -> int:
     if source is not None and source.kind in ("warm-start", "branch") and source.lora_rank:
         return source.lora_rank
     return _rl(spec).lora.rank
+
+
+def lora_alpha(spec: JobSpec) -> int:
+    """The plan's LoRA alpha as the integer verl takes (`verl_constraints` refuses a fraction)."""
+    return int(_rl(spec).lora.alpha)
 
 
 def _max_seq_length(spec: JobSpec) -> int:

@@ -9,7 +9,9 @@ It composes verl's trainer configuration with the overrides exactly as
 ``verl.trainer.main_ppo`` does (same config directory, same ``ppo_trainer`` root), then runs the
 checks ``main_ppo`` runs before it starts Ray: ``validate_config`` (batch divisibility, micro
 batch sizes, actor settings, the LoRA rank vLLM accepts) and the loading of the custom reward
-function. It prints one JSON line per configuration, ``{"ok", "error", "skipped", "values",
+function, plus the types of the model section as verl's trainer reads it once Ray is up
+(``HFModelConfig``: ``lora_alpha: 32.0`` is refused there, after minutes of start-up). It
+prints one JSON line per configuration, ``{"ok", "error", "skipped", "values",
 "flashAttention"}``,
 and exits 0 when every configuration passed, 1 when verl refused one.
 
@@ -35,6 +37,7 @@ from verl.trainer.ppo.reward import get_custom_reward_fn
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
+from verl.workers.config.model import HFModelConfig
 
 # Keys echoed back so a caller can see what verl made of the overrides.
 ECHOED = (
@@ -87,6 +90,13 @@ def check(overrides: list[str]) -> dict[str, Any]:
             config=checked,
             use_reference_policy=need_reference_policy(config),
             use_critic=need_critic(config),
+        )
+        # The schema alone: HFModelConfig's __post_init__ loads the model, which may not be here.
+        model = OmegaConf.to_container(config.actor_rollout_ref.model, resolve=True)
+        assert isinstance(model, dict)
+        OmegaConf.merge(
+            OmegaConf.structured(HFModelConfig),
+            {k: v for k, v in model.items() if k in HFModelConfig.__dataclass_fields__},
         )
         if get_custom_reward_fn(config) is None:
             raise ValueError("no custom reward function is configured")

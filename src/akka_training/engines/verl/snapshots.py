@@ -3,19 +3,24 @@
 A snapshot has two parts:
 
 - ``trainingState``: verl's checkpoint directory ``global_step_N`` as verl wrote it under
-  ``trainer.default_local_dir`` (the FSDP shards of the actor with its optimizer and scheduler,
-  ``data.pt`` with the data loader's position), plus ``akka-verl.json`` naming the step and
-  the GPU count it was saved on;
-- ``weights``: the PEFT adapter (``adapter_config.json`` + ``adapter_model.safetensors``),
-  exported from the checkpoint by verl's model merger::
-
-      python -m verl.model_merger merge --backend fsdp --local_dir global_step_N/actor \\
-          --target_dir DIR            # the adapter lands in DIR/lora_adapter
+  ``trainer.default_local_dir``: the actor's FSDP shards, LoRA weights only
+  (``checkpoint.save_lora_only``; a resume loads the base model from its path), with the
+  optimizer and scheduler, ``data.pt`` with the data loader's position, plus ``akka-verl.json``
+  naming the step, the GPU count it was saved on, the key it was stored under and the size of
+  every file;
+- ``weights``: the PEFT adapter (``adapter_config.json`` + ``adapter_model.safetensors``): the
+  LoRA tensors read out of the shards in verl's environment (`adapter_export`, no merged model)
+  and a config the job writes from the plan (`write_adapter_config`: verl's own merger would
+  truncate the LoRA alpha to an integer).
 
 verl finds a checkpoint through ``latest_checkpointed_iteration.txt``, which it writes after
-the checkpoint is complete; `latest_step` reads the same file. FSDP shards are laid out per
-rank, so a checkpoint resumes only on the GPU count it was saved on: `restore_training_state`
-refuses any other.
+the checkpoint is complete; `latest_step` reads the same file. verl's own rotation is off
+(``trainer.max_actor_ckpt_to_keep=null``): the job removes older checkpoints itself once a
+later snapshot is in the store (`rotate`), so a checkpoint never vanishes while it is exported
+or uploaded, and the newest stays on the node for a resume there (`restore_training_state`
+reuses it when it matches the snapshot's manifest). FSDP shards are laid out per rank, so a
+checkpoint resumes only on the GPU count it was saved on: `restore_training_state` refuses any
+other.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from akka_training.blobstore.base import BlobStore
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 MANIFEST = "akka-verl.json"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+EXPORT_MODULE = "akka_training.engines.verl.adapter_export"
 
 
 class SnapshotError(Exception):
@@ -62,26 +68,37 @@ def new_checkpoints(checkpoints: Path, *, after: int) -> list[int]:
 
 def save_training_state(
     blobs: BlobStore, key: str, checkpoint: Path, *, step: int, gpus: int
-) -> list[str]:
-    """Upload verl's checkpoint directory with our manifest; returns the keys written."""
+) -> int:
+    """Upload verl's checkpoint directory with our manifest; returns the bytes uploaded."""
     if not checkpoint.is_dir():
         raise SnapshotError(f"verl's checkpoint {checkpoint} does not exist")
-    (checkpoint / MANIFEST).write_text(json.dumps({"step": step, "gpus": gpus, "engine": "verl"}))
-    return blobs.put_dir(key, checkpoint)
+    (checkpoint / MANIFEST).unlink(missing_ok=True)
+    files = _file_sizes(checkpoint)
+    blobs.put_dir(key, checkpoint)
+    # The manifest last: a training state in the store without it is an incomplete one.
+    manifest = {"step": step, "gpus": gpus, "engine": "verl", "key": key, "files": files}
+    (checkpoint / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
+    blobs.put_file(f"{key.rstrip('/')}/{MANIFEST}", checkpoint / MANIFEST)
+    return sum(files.values()) + (checkpoint / MANIFEST).stat().st_size
 
 
 def restore_training_state(
     blobs: BlobStore, key: str, checkpoints: Path, *, step: int, gpus: int
 ) -> Path:
     """Put a saved checkpoint back where verl resumes from (``resume_mode=auto`` finds it
-    through the latest-iteration file). Refuses a checkpoint saved on another GPU count. Later
-    checkpoints left by an earlier attempt are removed: the run resumes from `step`."""
+    through the latest-iteration file). A checkpoint of the step still on this node is used as
+    it is when it matches the stored manifest file for file; otherwise the store's copy is
+    downloaded. Refuses a checkpoint saved on another GPU count. Later checkpoints left by an
+    earlier attempt are removed: the run resumes from `step`."""
     for stale in checkpoints.glob("global_step_*"):
         stale_step = _step_of(stale)
         if stale_step is not None and stale_step > step:
             shutil.rmtree(stale, ignore_errors=True)
     target = checkpoints / f"global_step_{step}"
-    if _manifest_gpus(target) == gpus:  # still here from an earlier attempt on this host
+    if local_copy_matches(blobs, key, target):
+        saved_gpus = _manifest_gpus(target)
+        if saved_gpus != gpus:
+            raise _gpu_mismatch(saved_gpus)
         (checkpoints / LATEST_FILE).write_text(str(step))
         return target
     staging = checkpoints / f".restore-{step}"
@@ -94,15 +111,37 @@ def restore_training_state(
     saved_gpus = _manifest_gpus(staging)
     if saved_gpus != gpus:
         shutil.rmtree(staging, ignore_errors=True)
-        raise GpuCountMismatch(
-            f"this snapshot's training state was saved on {saved_gpus} GPU(s), and verl resumes a "
-            f"checkpoint only on the GPU count it was saved on: set execution.gpus to "
-            f"{saved_gpus}, or branch from the snapshot's weights instead"
-        )
+        raise _gpu_mismatch(saved_gpus)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     (checkpoints / LATEST_FILE).write_text(str(step))
     return target
+
+
+def local_copy_matches(blobs: BlobStore, key: str, checkpoint: Path) -> bool:
+    """Whether `checkpoint` on this node is the training state stored at `key`: the same
+    manifest (step, GPU count, key, and every file with its size), and those files present."""
+    try:
+        local = json.loads((checkpoint / MANIFEST).read_text())
+        stored = json.loads(blobs.get_bytes(key.rstrip("/") + "/" + MANIFEST))
+    except (OSError, ValueError, KeyError):
+        return False
+    if local != stored or not isinstance(local.get("files"), dict):
+        return False
+    return _file_sizes(checkpoint) == local["files"]
+
+
+def rotate(checkpoints: Path, *, keep: int) -> list[int]:
+    """Remove the checkpoints older than step `keep` (whose snapshot is in the store); later
+    ones, which verl may still be writing or the job not yet stored, stay. Returns the steps
+    removed."""
+    removed = []
+    for checkpoint in checkpoints.glob("global_step_*"):
+        step = _step_of(checkpoint)
+        if step is not None and step < keep:
+            shutil.rmtree(checkpoint, ignore_errors=True)
+            removed.append(step)
+    return sorted(removed)
 
 
 def export_adapter(
@@ -110,45 +149,99 @@ def export_adapter(
     checkpoint: Path,
     target: Path,
     *,
+    alpha: float,
+    base_model: str,
+    exclude_modules: str | None = None,
     env: Mapping[str, str] | None = None,
     log_file: Path | None = None,
     timeout: float = 1800.0,
 ) -> Path:
-    """Export the PEFT adapter of a checkpoint with verl's model merger; returns the adapter
-    directory. Raises `SnapshotError` with the merger's last output when it fails."""
+    """Export the PEFT adapter of a checkpoint into `target` (`adapter_export` in verl's
+    environment, then `write_adapter_config`); returns `target`. Raises `SnapshotError` with
+    the exporter's last output when it fails."""
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    command = [
-        str(python), "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-        "--local_dir", str(checkpoint / "actor"), "--target_dir", str(target),
-    ]  # fmt: skip
+    command = [str(python), "-m", EXPORT_MODULE, str(checkpoint / "actor"), str(target)]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=timeout, env=dict(env) if env else None
     )
     if log_file is not None:
         with open(log_file, "a", encoding="utf-8") as log:
             log.write(f"$ {' '.join(command)}\n{done.stdout}{done.stderr}")
-    adapter = target / "lora_adapter"
-    if done.returncode != 0 or not all((adapter / f).exists() for f in ADAPTER_FILES):
+    if done.returncode != 0 or not (target / ADAPTER_FILES[1]).exists():
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
         raise SnapshotError(
-            f"verl's model merger could not export the adapter of {checkpoint.name} "
-            f"(exit {done.returncode}):\n{tail}"
+            f"the adapter of {checkpoint.name} could not be exported (exit {done.returncode}):\n"
+            f"{tail}"
         )
-    return adapter
+    write_adapter_config(
+        target, alpha=alpha, base_model=base_model, exclude_modules=exclude_modules
+    )
+    return target
+
+
+def write_adapter_config(
+    adapter: Path, *, alpha: float, base_model: str, exclude_modules: str | None = None
+) -> dict[str, object]:
+    """PEFT's ``adapter_config.json`` for the tensors in `adapter`: the rank and the modules
+    read from the tensors, the alpha as the plan gave it (never truncated)."""
+    shapes = _tensor_shapes(adapter / ADAPTER_FILES[1])
+    ranks = {shape[0] for name, shape in shapes.items() if ".lora_A." in name}
+    if len(ranks) != 1:
+        raise SnapshotError(f"the adapter at {adapter} has LoRA ranks {sorted(ranks)}, not one")
+    config: dict[str, object] = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_model,
+        "r": ranks.pop(),
+        "lora_alpha": int(alpha) if float(alpha).is_integer() else alpha,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "target_modules": sorted({m.rsplit(".", 1)[-1] for m in _modules(shapes)}),
+        "exclude_modules": exclude_modules,
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+        "use_dora": False,
+        "inference_mode": True,
+    }
+    (adapter / ADAPTER_FILES[0]).write_text(json.dumps(config, indent=2))
+    return config
 
 
 def adapter_modules(adapter: Path) -> list[str]:
     """The modules an adapter covers, read from its safetensors header (no torch needed)."""
-    with open(adapter / "adapter_model.safetensors", "rb") as f:
+    return _modules(_tensor_shapes(adapter / ADAPTER_FILES[1]))
+
+
+def directory_bytes(directory: Path) -> int:
+    return sum(_file_sizes(directory).values())
+
+
+def _tensor_shapes(path: Path) -> dict[str, list[int]]:
+    with open(path, "rb") as f:
         (size,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(size))
-    modules = {
-        name.split(".lora_A.")[0]
-        for name in header
-        if name != "__metadata__" and ".lora_A." in name
+    return {name: info["shape"] for name, info in header.items() if name != "__metadata__"}
+
+
+def _modules(shapes: Mapping[str, object]) -> list[str]:
+    return sorted({name.split(".lora_A.")[0] for name in shapes if ".lora_A." in name})
+
+
+def _file_sizes(directory: Path) -> dict[str, int]:
+    return {
+        str(p.relative_to(directory)): p.stat().st_size
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
     }
-    return sorted(modules)
+
+
+def _gpu_mismatch(saved_gpus: int | None) -> GpuCountMismatch:
+    return GpuCountMismatch(
+        f"this snapshot's training state was saved on {saved_gpus} GPU(s), and verl resumes a "
+        f"checkpoint only on the GPU count it was saved on: set execution.gpus to "
+        f"{saved_gpus}, or branch from the snapshot's weights instead"
+    )
 
 
 def save_adapter(blobs: BlobStore, key: str, adapter: Path) -> list[str]:

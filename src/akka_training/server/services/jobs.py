@@ -125,6 +125,8 @@ def _snapshot(
             attempt=attempt.number,
             weights=r.weights,
             training_state=r.training_state,
+            weights_bytes=r.weights_bytes,
+            training_state_bytes=r.training_state_bytes,
             created_at=now,
         )
     )

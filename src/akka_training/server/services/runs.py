@@ -238,6 +238,8 @@ def snapshots(session: Session, principal: Principal, run_ref: str) -> list[dict
             "attempt": s.attempt,
             "weights": s.weights,
             "trainingState": s.training_state,
+            "weightsBytes": s.weights_bytes,
+            "trainingStateBytes": s.training_state_bytes,
             "createdAt": s.created_at.isoformat(),
             "swept": s.swept_at is not None,
         }
