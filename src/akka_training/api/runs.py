@@ -268,6 +268,14 @@ class RunProgressLine(ResponseBody):
     phase: str
     step: int
     total_steps: int | None
+    loss: float | None = Field(None, description="The step's training loss (sft).")
+    reward: float | None = Field(None, description="The step's mean reward (grpo, gspo).")
+    terms: dict[str, float] = Field(
+        default_factory=dict, description="Each reward term's mean weighted share at the step."
+    )
+    eta_seconds: float | None = Field(
+        None, description="Time left at the pace of this attempt's steps so far."
+    )
 
 
 class RunEndLine(ResponseBody):

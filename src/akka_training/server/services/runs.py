@@ -318,26 +318,62 @@ def _wait_lines(
             # of, so the events read after the run include the one of the phase it is in.
             current = session.get(Run, run_id)
             assert current is not None
+            done = Phase(current.phase) in stop_phases
+            progress = None
+            if current.observed_step != step:
+                step = current.observed_step
+                progress = _line(_progress_line(session, current))
+            if progress is not None and done:
+                # The last step comes before the event that ends the run.
+                yield progress
+                progress = None
             for e in events(session, run_id, after):
                 after = e["id"]
                 yield _line({"type": "event", **e})
-            if current.observed_step != step:
-                step = current.observed_step
-                yield _line(
-                    {
-                        "type": "progress",
-                        "phase": current.phase,
-                        "step": step,
-                        "totalSteps": current.total_steps,
-                    }
-                )
-            done = Phase(current.phase) in stop_phases
+            if progress is not None:
+                yield progress
             timed_out = deadline is not None and time.monotonic() > deadline
             if done or timed_out:
                 record = run_json(session, ctx, current)
                 yield _line({"type": "run", "timedOut": timed_out and not done, "run": record})
                 return
         time.sleep(0.5)
+
+
+def _progress_line(session: Session, run: Run) -> dict[str, Any]:
+    """The run's step with its loss or reward and the time left at this attempt's pace."""
+    line: dict[str, Any] = {
+        "type": "progress",
+        "phase": run.phase,
+        "step": run.observed_step,
+        "totalSteps": run.total_steps,
+    }
+    rows = session.scalars(
+        select(Step)
+        .where(Step.run_id == run.id, Step.attempt == run.attempt)
+        .order_by(Step.step.desc())
+        .limit(20)
+    ).all()
+    if not rows:
+        return line
+    latest = rows[0].metrics
+    if run.method == "sft":
+        if isinstance(latest.get("loss"), int | float):
+            line["loss"] = float(latest["loss"])
+    else:
+        if isinstance(latest.get("reward/mean"), int | float):
+            line["reward"] = float(latest["reward/mean"])
+        line["terms"] = {
+            key[len("terms/") : -len("/share_mean")]: float(value)
+            for key, value in latest.items()
+            if key.startswith("terms/") and key.endswith("/share_mean")
+        }
+    seconds = [r.metrics.get("timing/step") for r in rows]
+    timed = [float(x) for x in seconds if isinstance(x, int | float)]
+    if timed and run.total_steps and run.observed_step is not None:
+        left = max(0, run.total_steps - run.observed_step)
+        line["etaSeconds"] = left * sum(timed) / len(timed)
+    return line
 
 
 def _line(item: dict[str, Any]) -> bytes:
