@@ -39,6 +39,8 @@ class SourceInfo:
     lora: Lora | None
     # The step the run starts from; for a warm start the source's final step.
     step: int
+    # The GPU count the source run trained on (None: not recorded).
+    gpus: int | None = None
 
 
 @dataclass
@@ -277,11 +279,12 @@ def generation_shapes(c: Checked) -> list[Problem]:
     return out
 
 
-def verl_rollout_devices(c: Checked) -> list[Problem]:
-    if not c.is_rl or c.method_engine != "verl":
-        return []
+def rollout_devices(c: Checked) -> list[Problem]:
+    """Separate rollout devices and stale rollouts: no engine of this trainer runs them (verl
+    and TRL both generate on the training devices, on-policy)."""
     out = []
     execution = c.plan.execution
+    engine = c.method_engine
     for key, value in (
         ("rolloutGpus", execution.rollout_gpus),
         ("stalenessThreshold", execution.staleness_threshold),
@@ -290,19 +293,23 @@ def verl_rollout_devices(c: Checked) -> list[Problem]:
             out.append(
                 Problem(
                     f"execution.{key}",
-                    f"execution.{key} ({value}) is not supported under verl: the rollout engine "
-                    f"runs on the training devices. Leave {key} out or set it to 0, and count "
-                    "every device in execution.gpus.",
+                    f"execution.{key} ({value}) is not supported under {engine}: the rollout "
+                    f"engine runs on the training devices. Leave {key} out or set it to 0, and "
+                    "count every device in execution.gpus.",
                 )
             )
     return out
 
 
 def verl_kl_with_source(c: Checked) -> list[Problem]:
+    """A KL penalty under verl pulls toward the base model, so a run that starts from another
+    run's adapter (a weights branch, a warm start) must not have one. A continuation restores
+    a run that trained under the same rules, from the base model or not, and is not refused."""
     rl = c.plan.config.rl_hyperparams
-    if not c.is_rl or c.method_engine != "verl" or rl is None or c.plan.source is None:
+    source = c.plan.source
+    if not c.is_rl or c.method_engine != "verl" or rl is None or source is None:
         return []
-    if rl.kl_beta <= 0:
+    if rl.kl_beta <= 0 or source.restore == "trainingState":
         return []
     return [
         Problem(
@@ -311,6 +318,58 @@ def verl_kl_with_source(c: Checked) -> list[Problem]:
             "run's adapter, and verl's reference policy is the base model, so a KL penalty would "
             "pull the run toward the base model rather than toward the adapter it started from. "
             "Set klBeta to 0.",
+        )
+    ]
+
+
+def verl_continuation_gpus(c: Checked) -> list[Problem]:
+    """verl's checkpoints resume only on the GPU count they were saved on."""
+    source = c.plan.source
+    if (
+        not c.is_rl
+        or c.method_engine != "verl"
+        or source is None
+        or source.restore != "trainingState"
+        or c.source is None
+        or c.source.gpus is None
+        or c.source.gpus == c.gpus
+    ):
+        return []
+    return [
+        Problem(
+            "execution.gpus",
+            f"execution.gpus ({c.gpus}) differs from the {c.source.gpus} GPU(s) run "
+            f"{c.source.run} trained on, and verl restores a training state only on the GPU "
+            f"count it was saved on. Set execution.gpus to {c.source.gpus}, or branch from the "
+            "snapshot's weights (`akka training runs branch`) to train on another count.",
+        )
+    ]
+
+
+def verl_tools(c: Checked) -> list[Problem]:
+    if not c.is_rl or c.method_engine != "verl" or not c.plan.config.tools:
+        return []
+    return [
+        Problem(
+            "config.tools",
+            "config.tools is not supported under verl: its rollouts run no tools. Remove "
+            "config.tools, or train on a deployment whose reinforcement engine is trl.",
+        )
+    ]
+
+
+def prompts_within_rows(c: Checked) -> list[Problem]:
+    rl = c.plan.config.rl_hyperparams
+    if not c.is_rl or rl is None or c.dataset is None or c.dataset.rows == 0:
+        return []
+    if c.dataset.rows >= rl.prompts_per_step:
+        return []
+    return [
+        Problem(
+            "config.rlHyperparams.promptsPerStep",
+            f"config.rlHyperparams.promptsPerStep ({rl.prompts_per_step}) is above the "
+            f"{c.dataset.rows} row{'' if c.dataset.rows == 1 else 's'} of config.dataset {c.dataset.ref}, so not one step can be "
+            f"made; set promptsPerStep to {c.dataset.rows} or less, or register more rows.",
         )
     ]
 
@@ -407,8 +466,11 @@ RULES: list[Rule] = [
     sequence_lengths,
     prompts_divisible,
     generation_shapes,
-    verl_rollout_devices,
+    rollout_devices,
     verl_kl_with_source,
+    verl_continuation_gpus,
+    verl_tools,
+    prompts_within_rows,
     dataset_fits_method,
     source_matches,
     reward_patterns,

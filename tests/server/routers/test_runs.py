@@ -109,7 +109,9 @@ def test_a_refused_plan_lists_every_problem_at_once(api: httpx.Client, dataset: 
     assert api.get("/v1/runs").json() == []
 
 
-def test_a_plan_with_an_unknown_field_names_it_and_the_known_ones(api: httpx.Client) -> None:
+def test_a_plan_with_an_unknown_field_names_it_and_the_known_ones(
+    api: httpx.Client, dataset: Any
+) -> None:
     plan = sft_plan(config={"epochs": 2})
     message = (
         "config.epochs is not a known field in config; remove it or check its spelling (known "
@@ -125,6 +127,49 @@ def test_a_plan_with_an_unknown_field_names_it_and_the_known_ones(api: httpx.Cli
             [{"field": "config.epochs", "message": message}],
         ),
     )
+
+
+def test_an_unknown_field_and_the_rules_problems_come_together(
+    api: httpx.Client, dataset: Any
+) -> None:
+    plan = sft_plan(
+        config={"epochs": 2, "maxSeqLength": 4096},
+        execution={"gpus": 2, "pool": "gpu", "rolloutGpus": 1, "saveEvery": "often"},
+    )
+    answered = api.post("/v1/runs", params={"dry_run": "true"}, json=plan)
+    assert answered.status_code == 422
+    problems = [(p["field"], p["message"]) for p in answered.json()["error"]["problems"]]
+    assert problems == [
+        (
+            "config.epochs",
+            "config.epochs is not a known field in config; remove it or check its spelling "
+            "(known fields: dataset, evalDataset, method, maxSeqLength, model, hyperparams, "
+            "rlHyperparams, reward, tools, seed).",
+        ),
+        (
+            "execution.saveEvery",
+            "execution.saveEvery: Input should be a valid integer, unable to parse string as "
+            "an integer.",
+        ),
+        ("execution.pool", "There is no pool 'gpu'; set execution.pool to one of: default."),
+        (
+            "execution.gpus",
+            "No envelope in this deployment's catalog runs sft on tiny-chat at 2 GPU(s) under "
+            "trl: it is qualified at 1 GPU(s). Set execution.gpus to one of these.",
+        ),
+        (
+            "config.maxSeqLength",
+            "config.maxSeqLength (4096) is above the context length of tiny-chat (2048); set it "
+            "to 2048 or less.",
+        ),
+        (
+            "execution.rolloutGpus",
+            "execution.rolloutGpus (1) is not supported under trl: the rollout engine runs on "
+            "the training devices. Leave rolloutGpus out or set it to 0, and count every device "
+            "in execution.gpus.",
+        ),
+    ]
+    assert answered.json()["error"]["message"].startswith("The plan was refused (6 problems):")
 
 
 def test_a_started_run_waits_in_the_queue_and_reads_back(api: httpx.Client, dataset: Any) -> None:

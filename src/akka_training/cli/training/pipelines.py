@@ -59,7 +59,14 @@ def _print_dry_run(d: PipelineDryRun, show_resolved: bool) -> None:
             print()
         print(f"Stage {stage.name}:")
         if stage.settings:
-            print_settings(stage.settings)
+            settings = dict(stage.settings)
+            if stage.source_stage and settings.get("source") is None:
+                # Pinned only once that stage completes: say where it comes from.
+                settings["source"] = (
+                    f"@{stage.source_stage} (the final adapter of stage {stage.source_stage}, "
+                    "pinned when it completes)"
+                )
+            print_settings(settings)
         else:
             print(f"  omitted: it {stage.omitted or 'has no registered dataset to resolve'}.")
 

@@ -17,15 +17,21 @@ from sqlalchemy.orm import Session
 
 from akka_training.backends.base import ClusterUnreachable
 from akka_training.core.documents import deep_merge
-from akka_training.core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
-from akka_training.core.parsing import parse_model, parse_plan
+from akka_training.core.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    PlanRefused,
+    ServiceUnavailable,
+)
+from akka_training.core.parsing import parse_plan
 from akka_training.core.phases import TERMINAL, Phase, RuleName
 from akka_training.core.plans import RL_METHODS, RunPlan
 from akka_training.core.states import AttemptState, Request
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
 from akka_training.server.services.lookups import run_for
-from akka_training.server.services.plans import Resolved, resolve_run
+from akka_training.server.services.plans import Resolved, every_problem, resolve_run
 from akka_training.server.services.run_views import run_json
 from akka_training.storage.ids import new_id
 from akka_training.storage.models import Attempt, Event, Run, Snapshot, Step
@@ -45,7 +51,12 @@ def start(
     document: dict[str, Any],
     dry_run: bool,
 ) -> dict[str, Any]:
-    plan = parse_plan(document)
+    try:
+        plan = parse_plan(document)
+    except PlanRefused as refused:
+        if document.get("kind", "run") != "run":
+            raise
+        raise every_problem(session, ctx, principal, document, refused) from None
     if not isinstance(plan, RunPlan):
         raise InvalidRequest(
             "This is a pipeline plan; start it with `akka training pipelines start`."
@@ -216,12 +227,15 @@ def derive(
     if overrides:
         document = deep_merge(document, overrides)
     document["source"] = {"run": source.id, "snapshot": snapshot, "restore": restore}
+    section = "rlHyperparams" if document["config"]["method"] in RL_METHODS else "hyperparams"
+    training = document["config"].setdefault(section, {}).setdefault("training", {})
     if steps is not None:
-        section = "rlHyperparams" if document["config"]["method"] in RL_METHODS else "hyperparams"
-        training = document["config"].setdefault(section, {}).setdefault("training", {})
-        # A continuation counts steps from where the snapshot stopped.
-        training["maxSteps"] = steps + (snap.step if restore == "trainingState" else 0)
-    parse_model(RunPlan, document)
+        # The steps the new run trains: a continuation trains them on from the snapshot's step
+        # (its engine counts from there), a branch from step 0.
+        training["maxSteps"] = steps
+    elif restore == "trainingState" and source.total_steps:
+        # Without --steps a continuation trains what its source had left.
+        training["maxSteps"] = max(1, source.total_steps - snap.step)
     return start(session, ctx, principal, document, dry_run)
 
 
