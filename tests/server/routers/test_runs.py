@@ -341,3 +341,46 @@ def test_what_the_job_reported_reads_back_and_a_branch_joins_the_tree(
             "not-found", f"Run {run_id} has no snapshot 'step-9'; its snapshots: step-2, step-4."
         ),
     )
+    # A continuation trains the steps asked beyond its snapshot, not that many plus its step.
+    continued = api.post(
+        f"/v1/runs/{run_id}/continue", json={"snapshot": "step-2", "steps": 2}
+    ).json()
+    assert continued["settings"]["config"]["hyperparams"]["training"]["maxSteps"] == 2
+    assert continued["source"] == {"run": run_id, "snapshot": "step-2", "kind": "continue"}
+
+
+def test_run_figures_are_totals_over_the_steps_the_run_kept(
+    api: httpx.Client, dataset: Any, trainer: InProcessTrainer
+) -> None:
+    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    launch = trainer.admit(run_id)
+    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+
+    def step(number: int, tokens: float, seconds: float, mfu: float, padding: float) -> None:
+        metrics = {
+            "loss": 1.0,
+            "tokens": tokens,
+            "timing/step": seconds,
+            "tokens_per_second": tokens / seconds,
+            "mfu": mfu,
+            "padding_share": padding,
+        }
+        body = {"step": number, "metrics": metrics}
+        response = job.post(f"/v1/jobs/{run_id}/attempts/{launch.attempt}/steps", json=body)
+        assert response.status_code == 200, response.text
+
+    fit = {"rows": 12, "rowsTruncated": 0, "answersTruncated": 0, "rowsDropped": 0}
+    body = {"totalSteps": 2, "dataFit": {**fit, "maxSeqLength": 256}}
+    assert job.post(f"/v1/jobs/{run_id}/attempts/{launch.attempt}/training", json=body).is_success
+    step(1, 100.0, 0.1, 0.5, 0.5)  # a quick first step: 1,000 tokens/s
+    step(2, 5000.0, 10.0, 0.1, 0.0)
+    # Step 2 trained again (after a pause at the latest snapshot): only the second one counts.
+    step(2, 5575.0, 13.8, 0.2, 0.2)
+
+    cost = api.get(f"/v1/runs/{run_id}").json()["cost"]
+    # 5,675 tokens in 13.9 s, not the mean of 1,000 and 404 tokens/s.
+    assert cost["tokensPerSecond"] == pytest.approx(5675 / 13.9)
+    assert cost["mfu"] == pytest.approx((0.5 * 0.1 + 0.2 * 13.8) / 13.9)
+    slots = 100 / 0.5 + 5575 / 0.8  # real tokens / (1 - padding share), per step
+    padding = api.get(f"/v1/runs/{run_id}").json()["dataFit"]["paddingShare"]
+    assert padding == pytest.approx(1 - 5675 / slots)

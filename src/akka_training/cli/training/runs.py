@@ -437,7 +437,6 @@ def print_settings(settings: dict[str, Any]) -> None:
 
 def print_run(r: RunRecord) -> None:
     progress = r.progress
-    saved = progress.saved_step
     section("State")
     rows: list[tuple[str, Any]] = [
         ("Run", r.id),
@@ -452,7 +451,7 @@ def print_run(r: RunRecord) -> None:
             f"step {progress.observed_step}"
             + (f" of {progress.total_steps}" if progress.total_steps else ""),
         ),
-        ("Saved", f"step {saved}" if saved is not None else "no snapshot yet"),
+        ("Saved", _saved(r)),
     ]
     if r.source:
         src = r.source
@@ -568,6 +567,15 @@ def print_memory(memory: MemorySplit) -> None:
         if value is not None:
             rows.append((name.capitalize(), human_bytes(value)))
     details(rows, indent="  ")
+
+
+def _saved(r: RunRecord) -> str:
+    """What the run has saved: its final adapter once it completed, else its last snapshot."""
+    saved = r.progress.saved_step
+    if r.results.model and r.phase == "COMPLETED":
+        final = f"the final adapter at step {r.progress.observed_step}"
+        return final + (f" (last snapshot: step {saved})" if saved is not None else "")
+    return f"step {saved}" if saved is not None else "no snapshot yet"
 
 
 def _modules(modules: list[str] | None) -> str:
