@@ -27,6 +27,7 @@ PAGES = [
     "deploy-ray.md",
     "python-client.md",
     "use-your-adapter.md",
+    "cli.md",
     "contributing/ARCHITECTURE.md",
 ]
 

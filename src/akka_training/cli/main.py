@@ -162,7 +162,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:
         if state.debug:
             traceback.print_exc()
-        message = f"akka failed unexpectedly: {type(exc).__name__}: {exc}"
+        message = f"akka failed unexpectedly: {type(exc).__name__}: {str(exc).rstrip('.')}."
         hint = "" if state.debug else " Run the command again with --debug for the traceback."
         _error_out("internal", message, [], hint)
         return exits.FAILED
