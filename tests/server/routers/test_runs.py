@@ -3,6 +3,7 @@ pause and resume of a queued run, and what a run's job reported (snapshots, metr
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -384,3 +385,21 @@ def test_run_figures_are_totals_over_the_steps_the_run_kept(
     slots = 100 / 0.5 + 5575 / 0.8  # real tokens / (1 - padding share), per step
     padding = api.get(f"/v1/runs/{run_id}").json()["dataFit"]["paddingShare"]
     assert padding == pytest.approx(1 - 5675 / slots)
+
+
+def test_gpu_seconds_stop_when_the_run_completes_while_its_job_exits(
+    api: httpx.Client, dataset: Any, trainer: InProcessTrainer
+) -> None:
+    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    launch = trainer.admit(run_id)
+    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
+    assert job.post(f"{base}/steps", json={"step": 1, "metrics": {"loss": 1.0}}).is_success
+    finished = {"adapter": f"runs/{run_id}/adapter/", "step": 1}
+    assert job.post(f"{base}/finished", json=finished).is_success
+    first = api.get(f"/v1/runs/{run_id}").json()
+    assert first["phase"] == "COMPLETED"
+    # The job has not exited yet: its claim is still held, but the run's clock has stopped.
+    assert [c["for"] for c in api.get("/v1/capacity").json()["claims"]] == [run_id]
+    time.sleep(1.2)
+    assert api.get(f"/v1/runs/{run_id}").json()["cost"]["gpuSeconds"] == first["cost"]["gpuSeconds"]

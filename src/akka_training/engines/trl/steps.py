@@ -99,6 +99,8 @@ class StepReporting(TrainerCallback):
         self._figures = {"timing/step": step_seconds}
         self._figures |= self.memory.figures(model, kwargs.get("optimizer"))
         self._logs = {}
+        # A pause asked for during this step saves at its end: ask for the directive now.
+        self.job.reporter.refresh_action()
         action = self.job.reporter.action
         if action == "stop":
             control.should_training_stop = True
