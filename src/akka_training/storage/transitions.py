@@ -54,7 +54,7 @@ def move(
     message = f"{old.value} -> {new.value} ({rule})"
     data: dict[str, Any] = {"from": old.value, "to": new.value, "rule": rule}
     if reason is not None:
-        message += f": {failure_text(reason, detail).splitlines()[0]}"
+        message += f": {failure_text(reason, detail, run.method).splitlines()[0]}"
         data["failureCode"] = reason.value
         for listener in FAILURE_LISTENERS:
             listener(run.project, reason)

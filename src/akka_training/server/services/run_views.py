@@ -81,7 +81,7 @@ def _failure(run: Run) -> dict[str, Any] | None:
     if not run.failure_code:
         return None
     try:
-        reason = failure_text(FailureReason(run.failure_code), run.failure_detail)
+        reason = failure_text(FailureReason(run.failure_code), run.failure_detail, run.method)
     except ValueError:
         reason = run.failure_detail or run.failure_code
     return {"code": run.failure_code, "reason": reason, "firstLine": reason.splitlines()[0]}
