@@ -391,6 +391,19 @@ def test_a_claim_larger_than_the_pool_and_an_envelope_needing_more_host_memory()
     ]
 
 
+def test_a_claim_larger_than_any_single_node_of_the_pool() -> None:
+    nodes = PoolInfo("training", max_claim=4, host_ram_gib=256, largest_node=2)
+    assert problems(GRPO, {"execution": {"gpus": 4}}, pool=nodes) == [
+        (
+            "execution.gpus",
+            "execution.gpus (4) is more than any single node of pool training offers (the "
+            "largest offers 2), and a run's devices are on one node: it would wait for devices "
+            "no node has. Set execution.gpus to 2 or less, or choose another execution.pool.",
+        )
+    ]
+    assert problems(GRPO, {"execution": {"gpus": 1}}, pool=nodes) == []
+
+
 def test_sequence_lengths_beyond_the_model_or_without_room_for_a_prompt() -> None:
     assert problems(GRPO, {"config": {"maxSeqLength": 8192}}) == [
         (

@@ -21,6 +21,9 @@ class PoolInfo:
     name: str
     max_claim: int
     host_ram_gib: float | None
+    # The most devices one node of the pool offered at the cluster's last look (None: unknown,
+    # or a pool of one host).
+    largest_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,17 @@ def pool_fits(c: Checked) -> list[Problem]:
                 f"accepts (MAX CLAIM {c.pool.max_claim}); set execution.gpus to "
                 f"{c.pool.max_claim} or less, or choose another execution.pool "
                 "(see `akka training capacity`).",
+            )
+        )
+    largest = c.pool.largest_node
+    if largest is not None and 0 < largest < c.gpus <= c.pool.max_claim:
+        out.append(
+            Problem(
+                "execution.gpus",
+                f"execution.gpus ({c.gpus}) is more than any single node of pool {c.pool.name} "
+                f"offers (the largest offers {largest}), and a run's devices are on one node: "
+                f"it would wait for devices no node has. Set execution.gpus to {largest} or "
+                "less, or choose another execution.pool.",
             )
         )
     envelope = c.model.envelope(c.method, c.engine, c.gpus, c.image_text_rl) if c.model else None

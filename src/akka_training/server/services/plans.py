@@ -121,7 +121,14 @@ def check_run(
         )
     else:
         spec = ctx.pool(pool_name)
-        pool = PoolInfo(spec.name, spec.max_claim, spec.host_ram_gib)
+        seen = ctx.controller.observed() if ctx.controller is not None else None
+        node = seen.get(spec.name) if seen else None
+        pool = PoolInfo(
+            spec.name,
+            spec.max_claim,
+            spec.host_ram_gib,
+            largest_node=node.largest_node if node is not None else None,
+        )
 
     dataset_from_stage = None
     dataset = None
