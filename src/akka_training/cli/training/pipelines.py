@@ -45,7 +45,7 @@ def start(
         emit(pipeline, lambda _: None)
         return
     if state.output == "text":
-        print(f"Pipeline {pipeline.id} started ({len(pipeline.stages)} stages).")
+        say(f"Pipeline {pipeline.id} started ({len(pipeline.stages)} stages).", pipeline.id)
     if wait_:
         _wait(pipeline.id, None)
 
@@ -158,4 +158,6 @@ def cancel(pipeline: str = PIPELINE) -> None:
 @app.command()
 def resume(pipeline: str = PIPELINE) -> None:
     """Run a failed or cancelled pipeline again from the stage that did not complete."""
-    emit(state.client().resume_pipeline(pipeline), lambda p: print(f"Pipeline {p.id} {p.state}."))
+    emit(
+        state.client().resume_pipeline(pipeline), lambda p: say(f"Pipeline {p.id} {p.state}.", p.id)
+    )
