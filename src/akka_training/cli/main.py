@@ -187,9 +187,10 @@ def _usage(sentence: str, exc: BaseException | None) -> int:
         show()  # click's usage line, hint and ``Error: ...`` on stderr
     else:
         print(f"Error: {sentence}", file=sys.stderr)
+    code = int(getattr(exc, "exit_code", exits.USAGE))
     if state.output != "text":
-        _structured("usage", sentence, [])
-    return exits.USAGE
+        _structured("usage" if code == exits.USAGE else "invalid", sentence, [])
+    return code
 
 
 def _sentence(exc: BaseException) -> str:
