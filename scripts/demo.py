@@ -4,7 +4,9 @@ whose adapter it downloads.
 It starts `akka trainer serve` with its home in `.akka-demo/` (SQLite, a local blob directory, the
 local backend, the development models it builds on first start), and drives it with the `akka`
 CLI exactly as a user would, printing each command before it runs. Everything is seeded, so the
-rise of the reward between the first and the last GRPO step is the same on every run.
+same steps come out on every run. It says what rose: the reward and each reward term's share
+over the first and the last steps, and whether the `correct` term rose or the reward came
+from the format alone.
 
     ./scripts/demo            # set up .venv, then this
     python scripts/demo.py    # in an activated .venv
@@ -90,7 +92,9 @@ def _demo(env: dict[str, str]) -> int:
     akka(env, "training", "runs", "get", sft["id"])
 
     print(
-        "\n# 2. GRPO warm-started from the SFT adapter, rewarding the format and the right number."
+        "\n# 2. GRPO warm-started from the SFT adapter. The reward pays the '#### N' format "
+        "(weight 0.5) and the right number (weight 1.0); each step below shows the reward and "
+        "each term's share of it."
     )
     plan = yaml.safe_load((EXAMPLES / "grpo.yaml").read_text().replace("SFT_RUN_ID", sft["id"]))
     plan_path = WORK / "grpo.yaml"
@@ -103,18 +107,43 @@ def _demo(env: dict[str, str]) -> int:
     akka(env, "training", "runs", "rollouts", grpo["id"], "--best", "3")
     akka(env, "training", "runs", "rollouts", grpo["id"], "--worst", "3")
 
-    metrics = akka_json(env, "training", "runs", "metrics", grpo["id"], "--fields", "reward/mean")
-    rewards = [s["reward/mean"] for s in metrics["steps"]]
-    early, late = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
-    print(
-        f"\nReward: first step {rewards[0]:.3f}, last step {rewards[-1]:.3f}; "
-        f"mean of the first four steps {early:.3f}, of the last four {late:.3f}."
-    )
+    metrics = akka_json(env, "training", "runs", "metrics", grpo["id"])
+    print()
+    for line in reward_summary(metrics["steps"]):
+        print(line)
     print("\n# 4. The adapter, out: the Hugging Face layout PEFT and vLLM load as it is.")
     adapter = WORK / "grpo-adapter"
     akka(env, "training", "runs", "download", grpo["id"], "-d", str(adapter), "--force")
     print(f"The trainer's home is {WORK / 'home'}; run the demo again to reuse it.")
     return 0
+
+
+def reward_summary(steps: list[dict[str, Any]], window: int = 4) -> list[str]:
+    """What rose and what did not: the reward and each term's share over the first and the
+    last `window` steps, and a plain sentence on where a rise came from."""
+
+    def mean(key: str, part: list[dict[str, Any]]) -> float:
+        values = [float(s[key]) for s in part if key in s]
+        return sum(values) / len(values) if values else 0.0
+
+    first, last = steps[:window], steps[-window:]
+    terms = sorted(
+        {k for s in steps for k in s if k.startswith("terms/") and k.endswith("/share_mean")}
+    )
+    lines = [f"Mean over the first and the last {window} steps (of {len(steps)}):"]
+    rows = [("reward", "reward/mean"), *((k.split("/")[1], k) for k in terms)]
+    for name, key in rows:
+        lines.append(f"  {name:<10} {mean(key, first):.3f} -> {mean(key, last):.3f}")
+    if "terms/correct/share_mean" in terms:
+        gained = mean("terms/correct/share_mean", last) - mean("terms/correct/share_mean", first)
+        if gained > 0.05:
+            lines.append("The correct term rose: the policy answers more prompts right.")
+        else:
+            lines.append(
+                "The correct term did not rise: what the reward gained came from the other "
+                "terms (read the rollouts above to see what the policy learned)."
+            )
+    return lines
 
 
 def akka(env: dict[str, str], *args: str) -> None:

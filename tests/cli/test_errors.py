@@ -20,7 +20,7 @@ def akka(*args: str, prelude: str = "") -> subprocess.CompletedProcess[str]:
 def test_a_missing_argument_is_a_usage_error() -> None:
     result = akka("training", "runs", "get")
     assert result.returncode == 2
-    assert "Error: Missing argument 'run'." in result.stderr
+    assert "Error: Missing argument 'RUN'." in result.stderr
     assert "Traceback" not in result.stderr
 
 

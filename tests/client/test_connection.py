@@ -62,12 +62,15 @@ def test_an_unknown_context_is_refused_with_the_known_ones(
     )
 
 
-def test_the_url_given_then_the_variable_win_over_the_context(
+def test_the_url_given_then_a_named_context_then_the_variable_win(
     config: ConfigFile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TRAINER_URL", "http://elsewhere:9001/")
-    assert resolve(context="lab", config=config).url == "http://elsewhere:9001"
-    assert resolve("http://given:9001", config=config).url == "http://given:9001"
+    # A context named explicitly (--context) beats the variable; the variable beats the current
+    # context; the URL given beats both.
+    assert resolve(context="lab", config=config).url == "http://trainer.lab:9001"
+    assert resolve(config=config).url == "http://elsewhere:9001"
+    assert resolve("http://given:9001", context="lab", config=config).url == "http://given:9001"
 
 
 def test_the_token_given_then_the_variable_win_over_the_login(

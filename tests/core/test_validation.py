@@ -165,6 +165,12 @@ def test_every_problem_of_a_verl_plan_is_reported_at_once_after_the_lookups() ->
             "to 0.",
         ),
         (
+            "config.rlHyperparams.promptsPerStep",
+            "config.rlHyperparams.promptsPerStep (8) is above the 1 row of config.dataset "
+            "maths/images:v1, so not one step can be made; set promptsPerStep to 1 or less, or "
+            "register more rows.",
+        ),
+        (
             "config.dataset",
             "config.dataset maths/images:v1 has rows with images; a grpo or gspo run cannot train "
             "on images, whatever the base model. Use a text-only dataset, or method sft.",
@@ -183,8 +189,10 @@ def test_the_verl_only_rules_leave_a_trl_deployment_alone() -> None:
             GRPO,
             {
                 "source": {"run": "r1"},
-                "config": {"rlHyperparams": {"klBeta": 0.1}},
-                "execution": {"rolloutGpus": 1, "stalenessThreshold": 2},
+                "config": {
+                    "rlHyperparams": {"klBeta": 0.1},
+                    "tools": [{"name": "add", "bundle": "maths/tools:v1", "function": "t:add"}],
+                },
             },
             engine="trl",
             source=SFT_SOURCE,
@@ -204,6 +212,80 @@ def test_a_fractional_lora_alpha_under_verl() -> None:
     ]
     assert problems(GRPO, {"config": {"rlHyperparams": {"lora": {"alpha": 32.0}}}}) == []
     assert problems(GRPO, fractional, engine="trl") == []
+
+
+def test_rollout_devices_are_refused_under_trl_too() -> None:
+    assert problems(
+        GRPO, {"execution": {"rolloutGpus": 1, "stalenessThreshold": 2}}, engine="trl"
+    ) == [
+        (
+            "execution.rolloutGpus",
+            "execution.rolloutGpus (1) is not supported under trl: the rollout engine runs on the "
+            "training devices. Leave rolloutGpus out or set it to 0, and count every device in "
+            "execution.gpus.",
+        ),
+        (
+            "execution.stalenessThreshold",
+            "execution.stalenessThreshold (2) is not supported under trl: the rollout engine runs "
+            "on the training devices. Leave stalenessThreshold out or set it to 0, and count every "
+            "device in execution.gpus.",
+        ),
+    ]
+
+
+GRPO_SOURCE = SourceInfo("r2", "qwen-test", "grpo", Lora.model_validate({"rank": 8}), 4, gpus=1)
+
+
+def test_a_continuation_under_verl_keeps_its_klbeta_and_its_gpu_count() -> None:
+    continuation = {"source": {"run": "r2", "snapshot": "step-4", "restore": "trainingState"}}
+    # A run that started from the base model with a KL penalty may be continued.
+    assert (
+        problems(
+            GRPO,
+            {**continuation, "config": {"rlHyperparams": {"klBeta": 0.1}}},
+            source=GRPO_SOURCE,
+        )
+        == []
+    )
+    assert problems(GRPO, {**continuation, "execution": {"gpus": 4}}, source=GRPO_SOURCE) == [
+        (
+            "execution.gpus",
+            "execution.gpus (4) differs from the 1 GPU(s) run r2 trained on, and verl restores a "
+            "training state only on the GPU count it was saved on. Set execution.gpus to 1, or "
+            "branch from the snapshot's weights (`akka training runs branch`) to train on another "
+            "count.",
+        )
+    ]
+    # A weights branch still may not carry a KL penalty.
+    assert [
+        field
+        for field, _ in problems(
+            GRPO,
+            {
+                "source": {"run": "r2", "snapshot": "step-4"},
+                "config": {"rlHyperparams": {"klBeta": 0.1}},
+            },
+            source=GRPO_SOURCE,
+        )
+    ] == ["config.rlHyperparams.klBeta"]
+
+
+def test_tools_under_verl_and_more_prompts_a_step_than_rows() -> None:
+    few = DatasetInfo("maths/few:v1", "chat", has_images=False, rows=5)
+    tools = [{"name": "add", "bundle": "maths/tools:v1", "function": "t:add"}]
+    assert problems(GRPO, {"config": {"tools": tools}}, dataset=few) == [
+        (
+            "config.tools",
+            "config.tools is not supported under verl: its rollouts run no tools. Remove "
+            "config.tools, or train on a deployment whose reinforcement engine is trl.",
+        ),
+        (
+            "config.rlHyperparams.promptsPerStep",
+            "config.rlHyperparams.promptsPerStep (8) is above the 5 rows of config.dataset "
+            "maths/few:v1, so not one step can be made; set promptsPerStep to 5 or less, or "
+            "register more rows.",
+        ),
+    ]
 
 
 def test_a_reinforcement_plan_with_sft_settings_and_no_reward() -> None:
@@ -322,6 +404,19 @@ def test_a_claim_larger_than_the_pool_and_an_envelope_needing_more_host_memory()
     ]
 
 
+def test_a_claim_larger_than_any_single_node_of_the_pool() -> None:
+    nodes = PoolInfo("training", max_claim=4, host_ram_gib=256, largest_node=2)
+    assert problems(GRPO, {"execution": {"gpus": 4}}, pool=nodes) == [
+        (
+            "execution.gpus",
+            "execution.gpus (4) is more than any single node of pool training offers (the "
+            "largest offers 2), and a run's devices are on one node: it would wait for devices "
+            "no node has. Set execution.gpus to 2 or less, or choose another execution.pool.",
+        )
+    ]
+    assert problems(GRPO, {"execution": {"gpus": 1}}, pool=nodes) == []
+
+
 def test_sequence_lengths_beyond_the_model_or_without_room_for_a_prompt() -> None:
     assert problems(GRPO, {"config": {"maxSeqLength": 8192}}) == [
         (
@@ -422,9 +517,12 @@ def test_every_rule_is_covered_here() -> None:
         "sequence_lengths",
         "prompts_divisible",
         "generation_shapes",
-        "verl_rollout_devices",
+        "rollout_devices",
         "verl_kl_with_source",
         "verl_lora_alpha",
+        "verl_continuation_gpus",
+        "verl_tools",
+        "prompts_within_rows",
         "dataset_fits_method",
         "source_matches",
         "reward_patterns",

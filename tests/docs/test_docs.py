@@ -29,6 +29,7 @@ PAGES = [
     "settings.md",
     "python-client.md",
     "use-your-adapter.md",
+    "cli.md",
     "contributing/ARCHITECTURE.md",
 ]
 

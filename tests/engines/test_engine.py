@@ -123,7 +123,10 @@ def test_any_other_exception_is_classified(job: JobContext, report_server: Repor
 
     failed = report_server.of("failed")[0]
     assert failed["code"] == "host-oom"
-    assert failed["detail"].startswith("host memory ran out: MemoryError: while tokenizing")
+    assert failed["detail"].startswith(
+        "host memory ran out (an allocation of the job itself failed): MemoryError: while "
+        "tokenizing"
+    )
     assert "config.maxSeqLength" in failed["detail"]
 
 

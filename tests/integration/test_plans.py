@@ -261,9 +261,10 @@ def test_every_problem_is_reported_at_once(verl: Any) -> None:
         config__dataset="maths/images",
     )
     err = refused(verl, plan)
-    assert "4 problems" in err
+    assert "5 problems" in err
     for words in (
         "must be divisible by execution.gpus (4)",
+        "promptsPerStep (6) is above the 1 row of config.dataset maths/images:v1",
         "execution.rolloutGpus (2) is not supported under verl",
         "cannot train on images",
         "qwen3-0.6b is a text model",

@@ -221,6 +221,29 @@ def test_pause_and_resume_continue_the_same_loss_curve(trainer: TrainerProcess) 
     assert [s["loss"] for s in two] == pytest.approx([s["loss"] for s in one], rel=1e-3)
 
 
+def test_continue_trains_exactly_the_steps_asked_as_the_uninterrupted_run(
+    trainer: TrainerProcess,
+) -> None:
+    # A linear schedule over 12 steps: a continuation that stretched it would drift at once.
+    plan = sft_plan(steps=12)
+    straight = run_to_end(trainer, plan)
+    continued = trainer.cli_json(
+        "training", "runs", "continue", straight["id"], "--snapshot", "step-4", "--steps", "5"
+    )
+    assert continued["settings"]["config"]["hyperparams"]["training"]["maxSteps"] == 5
+    trainer.cli("training", "runs", "wait", continued["id"], "--exit-status", timeout=600)
+    record = trainer.cli_json("training", "runs", "get", continued["id"])
+    assert record["progress"]["observedStep"] == 9
+    assert record["progress"]["totalSteps"] == 9
+    one = trainer.cli_json("training", "runs", "metrics", straight["id"], "--fields", "loss")
+    two = trainer.cli_json("training", "runs", "metrics", continued["id"], "--fields", "loss")
+    before = {s["step"]: s["loss"] for s in one["steps"]}
+    after = {s["step"]: s["loss"] for s in two["steps"]}
+    assert sorted(after) == [5, 6, 7, 8, 9]
+    for step, loss in after.items():
+        assert loss == pytest.approx(before[step], rel=1e-4), step
+
+
 @pytest.mark.parametrize("method", ["grpo", "gspo"])
 def test_reinforcement_keeps_every_rollout_and_its_figures_match_them(
     trainer: TrainerProcess, method: str

@@ -32,7 +32,7 @@ ERRORS: dict[tuple[str, str], set[int]] = {
     ("get", "/v1/base-models"): {401},
     ("get", "/v1/base-models/{model_id}"): {401, 404},
     ("get", "/v1/envelopes"): {401},
-    ("get", "/v1/capacity"): {401, 403},
+    ("get", "/v1/capacity"): {401, 403, 404},
     ("post", "/v1/datasets/{project}/{name}"): {400, 401, 403, 404, 409, 413, 422},
     ("get", "/v1/datasets"): {401, 403, 404},
     ("get", "/v1/datasets/{project}/{ref}"): {400, 401, 403, 404},

@@ -274,6 +274,14 @@ class RunProgressLine(ResponseBody):
     phase: str
     step: int
     total_steps: int | None
+    loss: float | None = optional_key("The step's training loss (sft).")
+    reward: float | None = optional_key("The step's mean reward (grpo, gspo).")
+    terms: dict[str, float] | None = optional_key(
+        "Each reward term's mean weighted share at the step (grpo, gspo)."
+    )
+    eta_seconds: float | None = optional_key(
+        "Time left at the pace of this attempt's steps so far."
+    )
 
 
 class RunEndLine(ResponseBody):

@@ -51,6 +51,9 @@ class ObservedPool:
     devices: int
     device_ids: list[str] = field(default_factory=list)
     accelerator: str | None = None
+    # The most devices one node of the pool offers (a run's devices are on one node); None
+    # where the pool is one host.
+    largest_node: int | None = None
 
 
 class Backend(abc.ABC):

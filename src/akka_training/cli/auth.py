@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from akka_training.cli.output import details, emit, table, when
+from akka_training.cli.output import confirm, details, emit, say, table, when
 from akka_training.cli.state import state
 from akka_training.client.contexts import Context
 
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Log in to a trainer and manage tokens.", no_args_is_help=True)
 tokens_app = typer.Typer(help="Create, list and revoke tokens.", no_args_is_help=True)
 app.add_typer(tokens_app, name="tokens")
+# Nouns are plural and also answer to the singular, as the `training` nouns do.
+app.add_typer(tokens_app, name="token", hidden=True)
 
 
 @app.command()
@@ -125,9 +127,11 @@ def tokens_list() -> None:
 
 @tokens_app.command("revoke")
 def tokens_revoke(token_id: str) -> None:
-    """Revoke a token (and the access tokens exchanged from it)."""
+    """Revoke a token (and the access tokens exchanged from it). On a terminal it asks first;
+    --force does not."""
+    confirm(f"Revoke token {token_id}? Whoever uses it loses access.")
     revoked = state.client().revoke_token(token_id)
-    emit(revoked, lambda t: print(f"Revoked token {t.id} ({t.name})."))
+    emit(revoked, lambda t: say(f"Revoked token {t.id} ({t.name}).", t.id))
 
 
 def _print_tokens(rows: list[Token]) -> None:

@@ -12,6 +12,7 @@ from akka_training.core.errors import InvalidRequest
 app = typer.Typer(help="Contexts: which trainer, which login.", no_args_is_help=True)
 
 
+@app.command("get-context", hidden=True)
 @app.command("get-contexts")
 def get_contexts() -> None:
     """Every context in the file; the current one is marked."""

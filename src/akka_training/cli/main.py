@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import traceback
 
 import typer
 
-from akka_training.cli import auth, config, trainer
+from akka_training.cli import auth, config, exits, trainer
 from akka_training.cli.state import state
 from akka_training.cli.training import app as training_app
 from akka_training.core.errors import AkkaError
@@ -26,7 +28,10 @@ app.add_typer(training_app, name="training")
 
 GLOBAL_HELP = """
 Global flags (anywhere on the line): --context NAME (or AKKA_CONTEXT), -o text|json|yaml,
---trainer-url URL (or TRAINER_URL), --no-color (or NO_COLOR), --force, -q.
+--trainer-url URL (or TRAINER_URL), --no-color (or NO_COLOR), --force (skip a confirmation),
+-q (only the essential answer), --debug (or AKKA_DEBUG: a traceback with an unexpected error).
+Exit status: 0 done, 1 failed or refused, 2 usage, 3 trainer unreachable, 4 not found,
+5 credentials refused. Run and dataset ids take any unambiguous prefix of 3 characters or more.
 """
 
 _VALUED = {
@@ -35,11 +40,37 @@ _VALUED = {
     "--output": "output",
     "--trainer-url": "trainer_url",
 }
-_FLAGS = {"--no-color": "no_color", "--force": "force", "-q": "quiet", "--quiet": "quiet"}
+_FLAGS = {
+    "--no-color": "no_color",
+    "--force": "force",
+    "-q": "quiet",
+    "--quiet": "quiet",
+    "--debug": "debug",
+}
 
 
 class UsageProblem(Exception):
     """A command line the CLI cannot read: printed as ``Error: ...``, exit status 2."""
+
+
+SHELLS = ("bash", "zsh", "fish")
+
+
+@app.command("completion")
+def completion(
+    shell: str = typer.Argument(..., metavar="SHELL", help="bash, zsh or fish."),
+) -> None:
+    """Print the shell completion script: `source <(akka completion bash)` in ~/.bashrc;
+    zsh: `source <(akka completion zsh)` after compinit; fish: `akka completion fish | source`."""
+    if shell not in SHELLS:
+        raise UsageProblem(f"completion takes bash, zsh or fish, not {shell!r}.")
+    from typer.completion import get_completion_script
+
+    print(get_completion_script(prog_name="akka", complete_var=COMPLETE_VAR, shell=shell))
+
+
+# The variable through which a shell asks `akka` for completions (the scripts above set it).
+COMPLETE_VAR = "_AKKA_COMPLETE"
 
 
 def extract_globals(argv: list[str]) -> list[str]:
@@ -65,48 +96,131 @@ def extract_globals(argv: list[str]) -> list[str]:
             rest.append(arg)
         i += 1
     if state.output not in ("text", "json", "yaml"):
-        raise UsageProblem(f"-o takes text, json or yaml, not {state.output!r}.")
+        bad, state.output = state.output, "text"
+        raise UsageProblem(f"-o takes text, json or yaml, not {bad!r}.")
     if os.environ.get("NO_COLOR"):
         state.no_color = True
+    if state.no_color:
+        # rich (tables, progress) reads the variable when it starts a console; help pages
+        # take no styling at all (bold and dim included).
+        os.environ["NO_COLOR"] = "1"
+        import typer.rich_utils
+
+        typer.rich_utils.COLOR_SYSTEM = None
+    if os.environ.get("AKKA_DEBUG"):
+        state.debug = True
     return rest
 
 
 def run() -> None:
+    code = main(sys.argv[1:])
+    if code:
+        sys.exit(code)
+
+
+def main(argv: list[str]) -> int:
+    """Run one command line; the exit status (see `exits`). Nothing escapes as a traceback
+    unless --debug (or AKKA_DEBUG) asks for it."""
     try:
-        args = extract_globals(sys.argv[1:])
+        args = extract_globals(argv)
         command = typer.main.get_command(app)
-        if not args or args in (["--help"], ["-h"]):
+        if os.environ.get(COMPLETE_VAR):
+            # A shell asks for completions (the script of `akka completion SHELL` does).
+            from typer.completion import completion_init
+
+            completion_init()
+        elif not args or args in (["--help"], ["-h"]):
             args = ["--help"]
             print(GLOBAL_HELP.strip())
         # Without standalone mode click returns a command's exit code instead of exiting.
-        code = command.main(args=args, prog_name="akka", standalone_mode=False)
-        if isinstance(code, int) and code != 0:
-            sys.exit(code)
+        code = command.main(
+            args=args, prog_name="akka", complete_var=COMPLETE_VAR, standalone_mode=False
+        )
+        return code if isinstance(code, int) else exits.OK
     except AkkaError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        sys.exit(1)
+        return _refusal(exc)
     except UsageProblem as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        return _usage(str(exc), None)
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        return int(exc.exit_code)
     except typer.Abort:
         print("Aborted.", file=sys.stderr)
-        sys.exit(1)
+        return exits.FAILED
     except typer.TyperException as exc:
-        # typer's own usage errors (a missing argument, an unknown command): its message and
-        # exit status, without a traceback.
-        show = getattr(exc, "show", None)
-        if callable(show):
-            show()
-        else:
-            print(f"Error: {exc}", file=sys.stderr)
-        sys.exit(int(getattr(exc, "exit_code", 2)))
+        # typer's own usage errors (a missing argument, an unknown command or option, a bad
+        # value): the usage line and one sentence, exit status 2.
+        return _usage(_sentence(exc), exc)
     except KeyboardInterrupt:
-        sys.exit(130)
+        print("Interrupted.", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of a pipe went away (`akka ... | head`): nothing more to say.
+        _silence_stdout()
+        return exits.OK
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else exits.FAILED
+    except Exception as exc:
+        if state.debug:
+            traceback.print_exc()
+        message = f"akka failed unexpectedly: {type(exc).__name__}: {str(exc).rstrip('.')}."
+        hint = "" if state.debug else " Run the command again with --debug for the traceback."
+        _error_out("internal", message, [], hint)
+        return exits.FAILED
     finally:
         if state._client is not None:
             state._client.close()
+
+
+def _refusal(exc: AkkaError) -> int:
+    if state.debug:
+        traceback.print_exc()
+    message = exc.message
+    problems = [p.to_json() for p in exc.problems]
+    _error_out(exc.code, message, problems, "")
+    return exits.status_of(exc)
+
+
+def _usage(sentence: str, exc: BaseException | None) -> int:
+    """A command line the CLI cannot read: the usage line, one sentence, exit status 2."""
+    show = getattr(exc, "show", None)
+    if callable(show):
+        show()  # click's usage line, hint and ``Error: ...`` on stderr
+    else:
+        print(f"Error: {sentence}", file=sys.stderr)
+    code = int(getattr(exc, "exit_code", exits.USAGE))
+    if state.output != "text":
+        _structured("usage" if code == exits.USAGE else "invalid", sentence, [])
+    return code
+
+
+def _sentence(exc: BaseException) -> str:
+    formatted = getattr(exc, "format_message", None)
+    return str(formatted()) if callable(formatted) else str(exc)
+
+
+def _error_out(code: str, message: str, problems: list[dict[str, str]], hint: str) -> None:
+    """An error as the chosen output reads it: ``error: ...`` on stderr for people, one error
+    object (code, message, problems) on stdout for programs (-o json|yaml)."""
+    if state.output == "text":
+        print(f"error: {message}{hint}", file=sys.stderr)
+    else:
+        _structured(code, message + hint, problems)
+
+
+def _structured(code: str, message: str, problems: list[dict[str, str]]) -> None:
+    body = {"error": {"code": code, "message": message, "problems": problems}}
+    if state.output == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(body, sort_keys=False))
+    else:
+        sys.stdout.write(json.dumps(body, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -38,6 +38,24 @@ def emit(data: T, text: Callable[[T], object]) -> None:
         text(data)
 
 
+def say(text: str, quiet: str | None = None) -> None:
+    """A confirmation for people; with -q only `quiet` (the id of what changed), or nothing."""
+    if not state.quiet:
+        print(text)
+    elif quiet is not None:
+        print(quiet)
+
+
+def confirm(question: str) -> None:
+    """Ask before something that cannot be undone, on a terminal only; --force answers yes.
+    A no ends the command with ``Aborted.`` and exit status 1."""
+    if state.force or not sys.stdin.isatty():
+        return
+    import typer
+
+    typer.confirm(question, abort=True)
+
+
 def plain(data: Any) -> Any:
     """What ``-o json|yaml`` prints: each model as the service sent it
     (``model_dump(mode="json", by_alias=True)``), inside lists and mappings too."""

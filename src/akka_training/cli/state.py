@@ -7,7 +7,6 @@ found by `akka_training.client.connect`, exactly as a Python user's `connect()` 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,6 +33,7 @@ class State:
     no_color: bool = False
     force: bool = False
     quiet: bool = False
+    debug: bool = False
     _client: TrainerClient | None = field(default=None, repr=False)
     _connection: Connection | None = field(default=None, repr=False)
     _config: ConfigFile | None = field(default=None, repr=False)
@@ -52,8 +52,10 @@ class State:
         return find_context(self.config, self.context)
 
     def url(self) -> str:
-        explicit = self.trainer_url or os.environ.get("TRAINER_URL")
-        return find_url(None if explicit else self.current_context(), explicit)
+        """The trainer's URL, chosen as `client.connection.resolve` chooses it."""
+        return find_url(
+            self.current_context(), self.trainer_url, context_named=self.context is not None
+        )
 
     def connection(self) -> Connection:
         """The trainer's URL and the token to call it with (a login is exchanged here)."""

@@ -14,7 +14,12 @@ from typing import Any, Self, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from akka_training.core.errors import AkkaError, TrainerUnreachable, error_from_json
+from akka_training.core.errors import (
+    AkkaError,
+    TrainerUnreachable,
+    Unauthorized,
+    error_from_json,
+)
 
 T = TypeVar("T")
 
@@ -187,7 +192,13 @@ def _decode(response: httpx.Response) -> Any:
             raise AkkaError(
                 f"The trainer answered HTTP {response.status_code}: {response.text[:500]}"
             ) from None
-        raise error_from_json(body, response.status_code)
+        error = error_from_json(body, response.status_code)
+        if isinstance(error, Unauthorized):
+            # Which trainer refused matters when a context, a variable and a flag disagree.
+            origin = response.request.url.copy_with(path="/", query=None, fragment=None)
+            error.message = f"{error.message} (answered by {str(origin).rstrip('/')})"
+            error.args = (error.message,)
+        raise error
     if not response.content:
         return None
     if response.headers.get("content-type", "").startswith("application/json"):

@@ -3,8 +3,9 @@
 - The context: the one named (``--context``), else ``AKKA_CONTEXT``, else the configuration
   file's current context (``~/.akka/config.yaml``, or the file ``AKKA_CONFIG`` names). A name
   the file does not hold is refused with the list of the contexts it holds.
-- The URL: the one given (``--trainer-url``), else ``TRAINER_URL``, else the context's trainer
-  URL (its API host unless it names one), else ``http://localhost:9001``.
+- The URL: the one given (``--trainer-url``), else the trainer URL of a context named with
+  ``--context`` (its API host unless it names one: the flag beats the variable), else
+  ``TRAINER_URL``, else the current context's trainer URL, else ``http://localhost:9001``.
 - The token: the one given, else ``AKKA_ACCESS_TOKEN`` (a credential variable wins over every
   login), else the context's login exchanged for an access token at the context's API host.
   The access token is cached beside the configuration file (mode 600) until shortly before it
@@ -75,7 +76,7 @@ def resolve(
     cache) here."""
     file = config if isinstance(config, ConfigFile) else load_config(config)
     ctx = find_context(file, context)  # refuses an unknown name even when a variable wins
-    url = find_url(ctx, trainer_url)
+    url = find_url(ctx, trainer_url, context_named=context is not None)
     if token:
         return Connection(url, token, "given", ctx, file)
     env_token = os.environ.get("AKKA_ACCESS_TOKEN")

@@ -117,8 +117,16 @@ def find_context(config: ConfigFile, name: str | None = None) -> Context | None:
     return config.contexts.get(config.current) if config.current else None
 
 
-def find_url(ctx: Context | None, trainer_url: str | None = None) -> str:
-    explicit = trainer_url or os.environ.get("TRAINER_URL")
+def find_url(
+    ctx: Context | None, trainer_url: str | None = None, *, context_named: bool = False
+) -> str:
+    """The trainer's URL: the one given, else the URL of a context named explicitly (a flag
+    beats a variable), else ``TRAINER_URL``, else the context's, else the default."""
+    if trainer_url:
+        return trainer_url.rstrip("/")
+    if context_named and ctx is not None:
+        return ctx.url
+    explicit = os.environ.get("TRAINER_URL")
     if explicit:
         return explicit.rstrip("/")
     return ctx.url if ctx else DEFAULT_URL

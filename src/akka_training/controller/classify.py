@@ -21,7 +21,9 @@ def classify_exit(status: JobStatus, log_tail: str) -> tuple[FailureReason, str]
         # Nobody asked this job to stop: on Linux that is the out-of-memory killer.
         return (
             FailureReason.HOST_OOM,
-            "the job was killed (SIGKILL) without being asked to stop.\n" + tail,
+            "the job was killed (SIGKILL) without being asked to stop: the out-of-memory limit "
+            "of its node (the kernel's out-of-memory killer, or its container's memory limit) "
+            "stopped it.\n" + tail,
         )
     if status.exit_code == 0:
         return FailureReason.JOB_CRASHED, "the job exited without reporting its end.\n" + tail

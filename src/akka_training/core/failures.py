@@ -35,17 +35,8 @@ _SENTENCES: dict[FailureReason, str] = {
     FailureReason.CLUSTER_UNREACHABLE: (
         "the training cluster could not be reached while this run waited for its devices"
     ),
-    FailureReason.DEVICE_OOM: (
-        "this run ran out of device memory (GPU memory); lower config.hyperparams.training."
-        "batchSize or config.maxSeqLength (for grpo or gspo: config.rlHyperparams."
-        "generationsPerPrompt or maxCompletionTokens), or use a larger GPU"
-    ),
-    FailureReason.HOST_OOM: (
-        "this run ran out of host memory (the job was stopped by the out-of-memory limit of its "
-        "node); lower config.hyperparams.training.batchSize or config.maxSeqLength (for grpo or "
-        "gspo: generationsPerPrompt or maxCompletionTokens), run fewer GPUs per node, or use a "
-        "pool with more HOST RAM"
-    ),
+    FailureReason.DEVICE_OOM: "this run ran out of device memory (GPU memory)",
+    FailureReason.HOST_OOM: "this run ran out of host memory",
     FailureReason.JOB_CRASHED: "this run's job stopped unexpectedly; its last log lines follow",
     FailureReason.JOB_LOST: (
         "this run's job disappeared from the training cluster and could not be restarted"
@@ -64,8 +55,43 @@ _SENTENCES: dict[FailureReason, str] = {
 }
 
 
-def failure_text(reason: FailureReason, detail: str | None = None) -> str:
-    """The full ``failureReason``: the sentence, then the detail on the following lines."""
+# What to change after running out of memory, by the settings of the run's method: an sft run
+# sizes its memory with its batch, a grpo or gspo run with its generations.
+_MEMORY_SETTINGS = {
+    "sft": "lower config.hyperparams.training.batchSize or config.maxSeqLength",
+    "rl": (
+        "lower config.rlHyperparams.generationsPerPrompt, promptsPerStep or "
+        "maxCompletionTokens, or config.maxSeqLength"
+    ),
+}
+_MEMORY_MORE = {
+    FailureReason.DEVICE_OOM: "or use a larger GPU",
+    FailureReason.HOST_OOM: "run fewer GPUs per node, or use a pool with more HOST RAM",
+}
+
+
+def advice(reason: FailureReason, method: str | None) -> str | None:
+    """What to change, for a reason that has a remedy in the run's settings (`method` names
+    the run's method: sft, grpo or gspo)."""
+    more = _MEMORY_MORE.get(reason)
+    if more is None:
+        return None
+    kind = "sft" if method == "sft" else "rl" if method in ("grpo", "gspo") else None
+    if kind is None:
+        return (
+            f"{_MEMORY_SETTINGS['sft']} (for grpo or gspo: "
+            f"{_MEMORY_SETTINGS['rl'].removeprefix('lower ')}), {more}"
+        )
+    return f"{_MEMORY_SETTINGS[kind]}, {more}"
+
+
+def failure_text(
+    reason: FailureReason, detail: str | None = None, method: str | None = None
+) -> str:
+    """The full ``failureReason``: the sentence (with what to change, in the settings of the
+    run's `method`), then the detail on the following lines."""
+    remedy = advice(reason, method)
+    first = f"{reason.sentence}; {remedy}" if remedy else reason.sentence
     if not detail:
-        return reason.sentence
-    return f"{reason.sentence}\n{detail.strip()}"
+        return first
+    return f"{first}\n{detail.strip()}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -26,6 +27,45 @@ def parse_model(model: type[M], data: dict[str, Any]) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise PlanRefused(problems_of(exc, model)) from exc
+
+
+def salvage(model: type[M], data: dict[str, Any]) -> tuple[M | None, list[str]]:
+    """What of a refused document still parses: `data` without the fields that failed (an
+    unknown field, a bad value, which then takes its default), read as `model`; and the fields
+    left out. None when a required field is missing or nothing parses, so that the rules can
+    still run over the rest and every problem is reported at once."""
+    document = copy.deepcopy(data)
+    removed: list[str] = []
+    for _ in range(4):
+        try:
+            return model.model_validate(document), removed
+        except ValidationError as exc:
+            for err in exc.errors():
+                if err["type"] == "missing" or not _remove(document, err["loc"]):
+                    return None, removed
+                removed.append(_join(_clean_loc(err["loc"])))
+    return None, removed
+
+
+def _remove(document: Any, loc: tuple[Any, ...]) -> bool:
+    """Delete the value at `loc` (as pydantic names it) from `document`; False when the path
+    is not there as a mapping key (a union's tag, a list item)."""
+    node = document
+    path = _clean_loc(tuple(loc))
+    for i, part in enumerate(path):
+        last = i == len(path) - 1
+        if isinstance(node, dict) and part in node:
+            if last:
+                del node[part]
+                return True
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            if last:
+                return False
+            node = node[part]
+        else:
+            return False
+    return False
 
 
 def problems_of(exc: ValidationError, model: type[BaseModel]) -> list[Problem]:

@@ -112,7 +112,8 @@ class RegexTerm(_Term):
 
 class LengthTerm(_Term):
     """1 when the completion's token count lies in [minTokens, maxTokens], falling linearly to 0
-    over `slackTokens` outside that range. A negative weight makes it a penalty."""
+    over `slackTokens` outside that range. With a negative weight it is a penalty on length
+    outside the range: 0 inside, rising to 1 over `slackTokens` outside."""
 
     kind: Literal["length"]
     min_tokens: int = Field(0, ge=0)

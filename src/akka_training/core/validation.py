@@ -21,6 +21,9 @@ class PoolInfo:
     name: str
     max_claim: int
     host_ram_gib: float | None
+    # The most devices one node of the pool offered at the cluster's last look (None: unknown,
+    # or a pool of one host).
+    largest_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class SourceInfo:
     lora: Lora | None
     # The step the run starts from; for a warm start the source's final step.
     step: int
+    # The GPU count the source run trained on (None: not recorded).
+    gpus: int | None = None
 
 
 @dataclass
@@ -190,6 +195,17 @@ def pool_fits(c: Checked) -> list[Problem]:
                 "(see `akka training capacity`).",
             )
         )
+    largest = c.pool.largest_node
+    if largest is not None and 0 < largest < c.gpus <= c.pool.max_claim:
+        out.append(
+            Problem(
+                "execution.gpus",
+                f"execution.gpus ({c.gpus}) is more than any single node of pool {c.pool.name} "
+                f"offers (the largest offers {largest}), and a run's devices are on one node: "
+                f"it would wait for devices no node has. Set execution.gpus to {largest} or "
+                "less, or choose another execution.pool.",
+            )
+        )
     envelope = c.model.envelope(c.method, c.engine, c.gpus, c.image_text_rl) if c.model else None
     if (
         envelope is not None
@@ -277,11 +293,12 @@ def generation_shapes(c: Checked) -> list[Problem]:
     return out
 
 
-def verl_rollout_devices(c: Checked) -> list[Problem]:
-    if not c.is_rl or c.method_engine != "verl":
-        return []
+def rollout_devices(c: Checked) -> list[Problem]:
+    """Separate rollout devices and stale rollouts: no engine of this trainer runs them (verl
+    and TRL both generate on the training devices, on-policy)."""
     out = []
     execution = c.plan.execution
+    engine = c.method_engine
     for key, value in (
         ("rolloutGpus", execution.rollout_gpus),
         ("stalenessThreshold", execution.staleness_threshold),
@@ -290,19 +307,23 @@ def verl_rollout_devices(c: Checked) -> list[Problem]:
             out.append(
                 Problem(
                     f"execution.{key}",
-                    f"execution.{key} ({value}) is not supported under verl: the rollout engine "
-                    f"runs on the training devices. Leave {key} out or set it to 0, and count "
-                    "every device in execution.gpus.",
+                    f"execution.{key} ({value}) is not supported under {engine}: the rollout "
+                    f"engine runs on the training devices. Leave {key} out or set it to 0, and "
+                    "count every device in execution.gpus.",
                 )
             )
     return out
 
 
 def verl_kl_with_source(c: Checked) -> list[Problem]:
+    """A KL penalty under verl pulls toward the base model, so a run that starts from another
+    run's adapter (a weights branch, a warm start) must not have one. A continuation restores
+    a run that trained under the same rules, from the base model or not, and is not refused."""
     rl = c.plan.config.rl_hyperparams
-    if not c.is_rl or c.method_engine != "verl" or rl is None or c.plan.source is None:
+    source = c.plan.source
+    if not c.is_rl or c.method_engine != "verl" or rl is None or source is None:
         return []
-    if rl.kl_beta <= 0:
+    if rl.kl_beta <= 0 or source.restore == "trainingState":
         return []
     return [
         Problem(
@@ -327,6 +348,58 @@ def verl_lora_alpha(c: Checked) -> list[Problem]:
             "config.rlHyperparams.lora.alpha",
             f"config.rlHyperparams.lora.alpha is {alpha:g}, but verl trains with a whole-number "
             f"LoRA alpha; set it to a whole number such as {max(1, round(alpha))}.",
+        )
+    ]
+
+
+def verl_continuation_gpus(c: Checked) -> list[Problem]:
+    """verl's checkpoints resume only on the GPU count they were saved on."""
+    source = c.plan.source
+    if (
+        not c.is_rl
+        or c.method_engine != "verl"
+        or source is None
+        or source.restore != "trainingState"
+        or c.source is None
+        or c.source.gpus is None
+        or c.source.gpus == c.gpus
+    ):
+        return []
+    return [
+        Problem(
+            "execution.gpus",
+            f"execution.gpus ({c.gpus}) differs from the {c.source.gpus} GPU(s) run "
+            f"{c.source.run} trained on, and verl restores a training state only on the GPU "
+            f"count it was saved on. Set execution.gpus to {c.source.gpus}, or branch from the "
+            "snapshot's weights (`akka training runs branch`) to train on another count.",
+        )
+    ]
+
+
+def verl_tools(c: Checked) -> list[Problem]:
+    if not c.is_rl or c.method_engine != "verl" or not c.plan.config.tools:
+        return []
+    return [
+        Problem(
+            "config.tools",
+            "config.tools is not supported under verl: its rollouts run no tools. Remove "
+            "config.tools, or train on a deployment whose reinforcement engine is trl.",
+        )
+    ]
+
+
+def prompts_within_rows(c: Checked) -> list[Problem]:
+    rl = c.plan.config.rl_hyperparams
+    if not c.is_rl or rl is None or c.dataset is None or c.dataset.rows == 0:
+        return []
+    if c.dataset.rows >= rl.prompts_per_step:
+        return []
+    return [
+        Problem(
+            "config.rlHyperparams.promptsPerStep",
+            f"config.rlHyperparams.promptsPerStep ({rl.prompts_per_step}) is above the "
+            f"{c.dataset.rows} row{'' if c.dataset.rows == 1 else 's'} of config.dataset {c.dataset.ref}, so not one step can be "
+            f"made; set promptsPerStep to {c.dataset.rows} or less, or register more rows.",
         )
     ]
 
@@ -423,9 +496,12 @@ RULES: list[Rule] = [
     sequence_lengths,
     prompts_divisible,
     generation_shapes,
-    verl_rollout_devices,
+    rollout_devices,
     verl_kl_with_source,
     verl_lora_alpha,
+    verl_continuation_gpus,
+    verl_tools,
+    prompts_within_rows,
     dataset_fits_method,
     source_matches,
     reward_patterns,

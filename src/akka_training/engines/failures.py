@@ -126,7 +126,9 @@ def oom_detail(where: str, error: BaseException, settings: Settings | None) -> s
     """What ran out and the values of the settings that size memory use, so the person who
     started the run sees what to lower."""
     first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    lines = [f"{where} memory ran out: {type(error).__name__}: {first}"[:500]]
+    # Which limit applied: on the host, the job's own allocation failed (nothing killed it).
+    limit = " (an allocation of the job itself failed)" if where == "host" else ""
+    lines = [f"{where} memory ran out{limit}: {type(error).__name__}: {first}"[:500]]
     if settings is not None:
         lines.append("current settings: " + ", ".join(memory_settings(settings)))
     return "\n".join(lines)

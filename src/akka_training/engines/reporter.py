@@ -100,6 +100,20 @@ class HttpReporter:
     def failed(self, report: FailedReport) -> None:
         self._final("failed", report.to_json())
 
+    def refresh_action(self, timeout: float = 2.0) -> None:
+        """Ask the service for its directive now (a heartbeat, sent at once), so that a pause
+        requested during a step is seen at the end of that step rather than at the next
+        background heartbeat. A service that does not answer in `timeout` leaves `action` as
+        it was: the background heartbeat and the step reports still carry the directive."""
+        if self.stale or self._closed.is_set():
+            return
+        body = HeartbeatReport(step=self.step, stall_dump=self.stall_dump).to_json()
+        try:
+            response = self._client.post(f"{self._base}/heartbeat", json=body, timeout=timeout)
+        except httpx.HTTPError:
+            return
+        self._take_answer(response)
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued report was delivered (or given up)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -162,16 +176,8 @@ class HttpReporter:
             except httpx.HTTPError as exc:
                 error: str = str(exc) or type(exc).__name__
             else:
-                if response.status_code == 409:
-                    self.stale = True
-                    self.action = "stop"
-                    return
-                if response.status_code < 300:
-                    action = response.json().get("action", "continue")
-                    with self._lock:
-                        # A stop outranks a save-and-stop, which outranks continue.
-                        if _RANK[action] >= _RANK[self.action]:
-                            self.action = action
+                if response.status_code == 409 or response.status_code < 300:
+                    self._take_answer(response)
                     return
                 if response.status_code < 500:
                     raise ReportNotDelivered(
@@ -183,6 +189,25 @@ class HttpReporter:
                 raise ReportNotDelivered(f"the service did not take the {kind} report: {error}")
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+    def _take_answer(self, response: httpx.Response) -> None:
+        """The directive of an answer: a 409 means this attempt is no longer the run's."""
+        if response.status_code == 409:
+            self.stale = True
+            self.action = "stop"
+            return
+        if response.status_code >= 300:
+            return
+        try:
+            action = response.json().get("action", "continue")
+        except ValueError:
+            return
+        if action not in _RANK:
+            return
+        with self._lock:
+            # A stop outranks a save-and-stop, which outranks continue.
+            if _RANK[action] >= _RANK[self.action]:
+                self.action = action
 
 
 _RANK: dict[str, int] = {"continue": 0, "save-and-stop": 1, "stop": 2}

@@ -54,7 +54,7 @@ def move(
     message = f"{old.value} -> {new.value} ({rule})"
     data: dict[str, Any] = {"from": old.value, "to": new.value, "rule": rule}
     if reason is not None:
-        message += f": {failure_text(reason, detail).splitlines()[0]}"
+        message += f": {failure_text(reason, detail, run.method).splitlines()[0]}"
         data["failureCode"] = reason.value
         for listener in FAILURE_LISTENERS:
             listener(run.project, reason)
@@ -78,14 +78,16 @@ def event(
 def release_claim(
     session: Session, run: Run, claim: Claim | None, now: datetime | None = None
 ) -> None:
-    """Give the run's devices back and count the GPU seconds they were held."""
+    """Give the run's devices back and count the GPU seconds they were held for the run: until
+    the run ended (COMPLETED, FAILED, CANCELLED) when it ended before its job let them go."""
     if claim is None or claim.state == ClaimState.RELEASED:
         return
     now = now or datetime.now(UTC)
     if claim.state == ClaimState.GRANTED and claim.granted_at is not None:
-        run.gpu_seconds = (run.gpu_seconds or 0.0) + (
-            now - claim.granted_at
-        ).total_seconds() * claim.devices
+        until = held_until(run, now)
+        run.gpu_seconds = (run.gpu_seconds or 0.0) + max(
+            0.0, (until - claim.granted_at).total_seconds()
+        ) * claim.devices
     claim.state = ClaimState.RELEASED
     claim.released_at = now
     event(
@@ -96,6 +98,16 @@ def release_claim(
         None,
         now,
     )
+
+
+def held_until(run: Run, now: datetime) -> datetime:
+    """Where the GPU-seconds clock of a held claim stands: now, or the moment the run ended."""
+    ended = run.ended_at
+    if ended is None:
+        return now
+    if ended.tzinfo is None:
+        ended = ended.replace(tzinfo=UTC)
+    return min(now, ended)
 
 
 def open_claim(session: Session, run: Run) -> Claim:

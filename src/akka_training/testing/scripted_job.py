@@ -65,12 +65,12 @@ def main(path: str) -> int:
         if settings.method in RL_METHODS and settings.config.rl_hyperparams
         else settings.config.hyperparams.training  # type: ignore[union-attr]
     )
-    total = training.max_steps or 6
-    start = 0
+    # As the engines count: a continuation trains maxSteps beyond its source's snapshot.
+    base = settings.source.step if settings.source and settings.source.kind == "continue" else 0
+    total = base + (training.max_steps or 6)
+    start = base
     if spec.resume is not None:
         start = json.loads(blobs.get_bytes(f"{spec.resume.training_state}/state.json"))["step"]
-    elif settings.source is not None and settings.source.kind == "continue":
-        start = settings.source.step
     reporter.started(Placement(host=socket.gethostname(), pid=os.getpid()))
     reporter.training(
         TrainingReport(

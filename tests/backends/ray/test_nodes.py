@@ -32,6 +32,8 @@ def test_a_gpu_pool_counts_the_gpus_of_its_alive_labelled_nodes() -> None:
     observed = observe_pools(nodes, [GPU_POOL], cpus_per_device=1)
     assert observed["training"].devices == 12
     assert observed["training"].accelerator == "A100"
+    # A run's devices are on one node: the largest offers 8, not the 12 the pool sums to.
+    assert observed["training"].largest_node == 8
 
 
 def test_a_cpu_pool_counts_whole_slots_per_node() -> None:

@@ -121,6 +121,31 @@ def test_pause_then_resume_continues_the_same_loss_curve(
         assert abs(loss - straight[step]) < 1e-4, (step, loss, straight[step])
 
 
+def test_a_pause_asked_for_during_a_step_saves_at_the_end_of_that_step(
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+) -> None:
+    config = {
+        **SFT,
+        "hyperparams": {**SFT["hyperparams"], "training": {"maxSteps": 8, "batchSize": 2}},
+    }
+    spec = make_spec(
+        model=catalog["tiny-chat"],
+        dataset=put_dataset(store, "maths", chat_rows(12)),
+        config=config,
+        trainer_url=report_server.url,
+        store=store,
+        execution={"saveEvery": 100},
+    )
+    # The pause arrives while step 3 trains (after step 2 was reported); the service answers
+    # with it from then on, the background heartbeat being seconds away.
+    report_server.script = lambda kind, body, reports: (
+        "save-and-stop" if kind == "heartbeat" and (body.get("step") or 0) >= 2 else "continue"
+    )
+    assert run_in_process(spec, tmp_path / "job") == 0
+    assert [s["step"] for s in report_server.of("snapshots")] == [3]
+    assert report_server.of("stopped")[0]["step"] == 3
+
+
 def _losses(server: ReportServer, run_id: str) -> dict[int, float]:
     return {s["step"]: s["metrics"]["loss"] for s in server.of("steps")}
 

@@ -17,13 +17,29 @@ from ..servers import rollout
 def test_length_is_one_inside_the_range_and_falls_linearly_over_the_slack(
     tokens: int, value: float
 ) -> None:
-    term = LengthTerm(
-        name="len", kind="length", min_tokens=100, max_tokens=200, slack_tokens=40, weight=-0.5
+    bonus = LengthTerm(
+        name="len", kind="length", min_tokens=100, max_tokens=200, slack_tokens=40, weight=0.5
     )
-    with RewardScorer([term]) as scorer:
+    with RewardScorer([bonus]) as scorer:
         result = scorer.score([rollout(tokens=tokens)]).rollouts[0]
     assert result.values["len"] == pytest.approx(value)
-    assert result.shares["len"] == pytest.approx(-0.5 * value)  # the weight carries the sign
+    assert result.shares["len"] == pytest.approx(0.5 * value)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "value"),
+    [(0, 1.0), (60, 1.0), (80, 0.5), (100, 0.0), (150, 0.0), (200, 0.0), (210, 0.25), (240, 1.0)],
+)
+def test_a_negative_weight_penalises_length_outside_the_range(tokens: int, value: float) -> None:
+    # As the docs say: a completion of the right length loses nothing, one far outside the
+    # range loses the whole weight.
+    penalty = LengthTerm(
+        name="len", kind="length", min_tokens=100, max_tokens=200, slack_tokens=40, weight=-0.5
+    )
+    with RewardScorer([penalty]) as scorer:
+        result = scorer.score([rollout(tokens=tokens)]).rollouts[0]
+    assert result.values["len"] == pytest.approx(value)
+    assert result.shares["len"] == pytest.approx(-0.5 * value)
 
 
 def test_length_without_maximum_has_no_upper_bound() -> None:

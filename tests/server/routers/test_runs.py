@@ -3,6 +3,7 @@ pause and resume of a queued run, and what a run's job reported (snapshots, metr
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -109,7 +110,9 @@ def test_a_refused_plan_lists_every_problem_at_once(api: httpx.Client, dataset: 
     assert api.get("/v1/runs").json() == []
 
 
-def test_a_plan_with_an_unknown_field_names_it_and_the_known_ones(api: httpx.Client) -> None:
+def test_a_plan_with_an_unknown_field_names_it_and_the_known_ones(
+    api: httpx.Client, dataset: Any
+) -> None:
     plan = sft_plan(config={"epochs": 2})
     message = (
         "config.epochs is not a known field in config; remove it or check its spelling (known "
@@ -125,6 +128,49 @@ def test_a_plan_with_an_unknown_field_names_it_and_the_known_ones(api: httpx.Cli
             [{"field": "config.epochs", "message": message}],
         ),
     )
+
+
+def test_an_unknown_field_and_the_rules_problems_come_together(
+    api: httpx.Client, dataset: Any
+) -> None:
+    plan = sft_plan(
+        config={"epochs": 2, "maxSeqLength": 4096},
+        execution={"gpus": 2, "pool": "gpu", "rolloutGpus": 1, "saveEvery": "often"},
+    )
+    answered = api.post("/v1/runs", params={"dry_run": "true"}, json=plan)
+    assert answered.status_code == 422
+    problems = [(p["field"], p["message"]) for p in answered.json()["error"]["problems"]]
+    assert problems == [
+        (
+            "config.epochs",
+            "config.epochs is not a known field in config; remove it or check its spelling "
+            "(known fields: dataset, evalDataset, method, maxSeqLength, model, hyperparams, "
+            "rlHyperparams, reward, tools, seed).",
+        ),
+        (
+            "execution.saveEvery",
+            "execution.saveEvery: Input should be a valid integer, unable to parse string as "
+            "an integer.",
+        ),
+        ("execution.pool", "There is no pool 'gpu'; set execution.pool to one of: default."),
+        (
+            "execution.gpus",
+            "No envelope in this deployment's catalog runs sft on tiny-chat at 2 GPU(s) under "
+            "trl: it is qualified at 1 GPU(s). Set execution.gpus to one of these.",
+        ),
+        (
+            "config.maxSeqLength",
+            "config.maxSeqLength (4096) is above the context length of tiny-chat (2048); set it "
+            "to 2048 or less.",
+        ),
+        (
+            "execution.rolloutGpus",
+            "execution.rolloutGpus (1) is not supported under trl: the rollout engine runs on "
+            "the training devices. Leave rolloutGpus out or set it to 0, and count every device "
+            "in execution.gpus.",
+        ),
+    ]
+    assert answered.json()["error"]["message"].startswith("The plan was refused (6 problems):")
 
 
 def test_a_started_run_waits_in_the_queue_and_reads_back(api: httpx.Client, dataset: Any) -> None:
@@ -302,3 +348,64 @@ def test_what_the_job_reported_reads_back_and_a_branch_joins_the_tree(
             "not-found", f"Run {run_id} has no snapshot 'step-9'; its snapshots: step-2, step-4."
         ),
     )
+    # A continuation trains the steps asked beyond its snapshot, not that many plus its step.
+    continued = api.post(
+        f"/v1/runs/{run_id}/continue", json={"snapshot": "step-2", "steps": 2}
+    ).json()
+    assert continued["settings"]["config"]["hyperparams"]["training"]["maxSteps"] == 2
+    assert continued["source"] == {"run": run_id, "snapshot": "step-2", "kind": "continue"}
+
+
+def test_run_figures_are_totals_over_the_steps_the_run_kept(
+    api: httpx.Client, dataset: Any, trainer: InProcessTrainer
+) -> None:
+    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    launch = trainer.admit(run_id)
+    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+
+    def step(number: int, tokens: float, seconds: float, mfu: float, padding: float) -> None:
+        metrics = {
+            "loss": 1.0,
+            "tokens": tokens,
+            "timing/step": seconds,
+            "tokens_per_second": tokens / seconds,
+            "mfu": mfu,
+            "padding_share": padding,
+        }
+        body = {"step": number, "metrics": metrics}
+        response = job.post(f"/v1/jobs/{run_id}/attempts/{launch.attempt}/steps", json=body)
+        assert response.status_code == 200, response.text
+
+    fit = {"rows": 12, "rowsTruncated": 0, "answersTruncated": 0, "rowsDropped": 0}
+    body = {"totalSteps": 2, "dataFit": {**fit, "maxSeqLength": 256}}
+    assert job.post(f"/v1/jobs/{run_id}/attempts/{launch.attempt}/training", json=body).is_success
+    step(1, 100.0, 0.1, 0.5, 0.5)  # a quick first step: 1,000 tokens/s
+    step(2, 5000.0, 10.0, 0.1, 0.0)
+    # Step 2 trained again (after a pause at the latest snapshot): only the second one counts.
+    step(2, 5575.0, 13.8, 0.2, 0.2)
+
+    cost = api.get(f"/v1/runs/{run_id}").json()["cost"]
+    # 5,675 tokens in 13.9 s, not the mean of 1,000 and 404 tokens/s.
+    assert cost["tokensPerSecond"] == pytest.approx(5675 / 13.9)
+    assert cost["mfu"] == pytest.approx((0.5 * 0.1 + 0.2 * 13.8) / 13.9)
+    slots = 100 / 0.5 + 5575 / 0.8  # real tokens / (1 - padding share), per step
+    padding = api.get(f"/v1/runs/{run_id}").json()["dataFit"]["paddingShare"]
+    assert padding == pytest.approx(1 - 5675 / slots)
+
+
+def test_gpu_seconds_stop_when_the_run_completes_while_its_job_exits(
+    api: httpx.Client, dataset: Any, trainer: InProcessTrainer
+) -> None:
+    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    launch = trainer.admit(run_id)
+    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
+    assert job.post(f"{base}/steps", json={"step": 1, "metrics": {"loss": 1.0}}).is_success
+    finished = {"adapter": f"runs/{run_id}/adapter/", "step": 1}
+    assert job.post(f"{base}/finished", json=finished).is_success
+    first = api.get(f"/v1/runs/{run_id}").json()
+    assert first["phase"] == "COMPLETED"
+    # The job has not exited yet: its claim is still held, but the run's clock has stopped.
+    assert [c["for"] for c in api.get("/v1/capacity").json()["claims"]] == [run_id]
+    time.sleep(1.2)
+    assert api.get(f"/v1/runs/{run_id}").json()["cost"]["gpuSeconds"] == first["cost"]["gpuSeconds"]

@@ -44,8 +44,12 @@ def observe_pools(
     out: dict[str, ObservedPool] = {}
     for pool in pools:
         members = [n for n in alive if (n.get("labels") or {}).get(POOL_LABEL) == pool.label]
-        devices = sum(node_devices(n, pool.cpu, cpus_per_device) for n in members)
-        out[pool.name] = ObservedPool(devices=devices, accelerator=_accelerator(members, pool))
+        per_node = [node_devices(n, pool.cpu, cpus_per_device) for n in members]
+        out[pool.name] = ObservedPool(
+            devices=sum(per_node),
+            accelerator=_accelerator(members, pool),
+            largest_node=max(per_node, default=0),
+        )
     return out
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from akka_training.cli.arguments import RUN
 from akka_training.cli.output import emit, human_bytes, table
 from akka_training.cli.state import state
 from akka_training.core.downloads import download_directory
@@ -27,7 +28,7 @@ PROGRESS_MIN_BYTES = 4 * 1024 * 1024
 
 
 def download(
-    run: str,
+    run: str = RUN,
     snapshot: str = typer.Option(
         None, "--snapshot", help="A snapshot's weights (step-N) instead of the final adapter."
     ),
@@ -55,7 +56,7 @@ def download(
 
 
 def export(
-    run: str,
+    run: str = RUN,
     merged: bool = typer.Option(
         False, "--merged", help="Merge the adapter into the base model (merge_and_unload)."
     ),

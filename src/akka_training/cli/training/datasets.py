@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 
-from akka_training.cli.output import ago, details, emit, human_bytes, section, table, when
+from akka_training.cli.output import ago, details, emit, human_bytes, say, section, table, when
 from akka_training.cli.state import state
 from akka_training.core.errors import InvalidRequest
 
@@ -176,9 +176,9 @@ def _print_datasets(rows: list[DatasetSummary]) -> None:
 def _print_registered(d: Registered) -> None:
     summary = f"{d.rows} rows, {human_bytes(d.bytes)}, {d.format}, sha256:{d.sha256[:12]}"
     if d.created:
-        print(f"Registered {d.ref} ({summary}).")
+        say(f"Registered {d.ref} ({summary}).", d.ref)
     else:
-        print(f"{d.dataset}: this content is already registered as {d.ref} ({summary}).")
+        say(f"{d.dataset}: this content is already registered as {d.ref} ({summary}).", d.ref)
     if d.alias:
         _print_alias(d)
 

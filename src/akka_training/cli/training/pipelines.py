@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from akka_training.cli.output import details, emit, section, table, when
+from akka_training.cli.arguments import PIPELINE
+from akka_training.cli.output import confirm, details, emit, say, section, table, when
 from akka_training.cli.state import state
 from akka_training.cli.training.runs import print_settings, read_plan
 from akka_training.core.errors import InvalidRequest
@@ -44,7 +45,7 @@ def start(
         emit(pipeline, lambda _: None)
         return
     if state.output == "text":
-        print(f"Pipeline {pipeline.id} started ({len(pipeline.stages)} stages).")
+        say(f"Pipeline {pipeline.id} started ({len(pipeline.stages)} stages).", pipeline.id)
     if wait_:
         _wait(pipeline.id, None)
 
@@ -58,7 +59,14 @@ def _print_dry_run(d: PipelineDryRun, show_resolved: bool) -> None:
             print()
         print(f"Stage {stage.name}:")
         if stage.settings:
-            print_settings(stage.settings)
+            settings = dict(stage.settings)
+            if stage.source_stage and settings.get("source") is None:
+                # Pinned only once that stage completes: say where it comes from.
+                settings["source"] = (
+                    f"@{stage.source_stage} (the final adapter of stage {stage.source_stage}, "
+                    "pinned when it completes)"
+                )
+            print_settings(settings)
         else:
             print(f"  omitted: it {stage.omitted or 'has no registered dataset to resolve'}.")
 
@@ -87,7 +95,7 @@ def _print_pipelines(rows: list[Pipeline]) -> None:
 
 
 @app.command()
-def get(pipeline: str) -> None:
+def get(pipeline: str = PIPELINE) -> None:
     """A pipeline and its stages."""
     emit(state.client().pipeline(pipeline), _print_pipeline)
 
@@ -115,7 +123,7 @@ def _print_pipeline(p: Pipeline) -> None:
 
 
 @app.command()
-def wait(pipeline: str, timeout: float = typer.Option(None, "--timeout")) -> None:
+def wait(pipeline: str = PIPELINE, timeout: float = typer.Option(None, "--timeout")) -> None:
     """Follow a pipeline until it ends."""
     _wait(pipeline, timeout)
 
@@ -139,12 +147,17 @@ def _wait(ref: str, timeout: float | None) -> None:
 
 
 @app.command()
-def cancel(pipeline: str) -> None:
-    """Cancel a pipeline and its running stage."""
-    emit(state.client().cancel_pipeline(pipeline), lambda p: print(f"Pipeline {p.id} {p.state}."))
+def cancel(pipeline: str = PIPELINE) -> None:
+    """Cancel a pipeline and its running stage. On a terminal it asks first; --force does not."""
+    confirm(f"Cancel pipeline {pipeline} and its running stage?")
+    emit(
+        state.client().cancel_pipeline(pipeline), lambda p: say(f"Pipeline {p.id} {p.state}.", p.id)
+    )
 
 
 @app.command()
-def resume(pipeline: str) -> None:
+def resume(pipeline: str = PIPELINE) -> None:
     """Run a failed or cancelled pipeline again from the stage that did not complete."""
-    emit(state.client().resume_pipeline(pipeline), lambda p: print(f"Pipeline {p.id} {p.state}."))
+    emit(
+        state.client().resume_pipeline(pipeline), lambda p: say(f"Pipeline {p.id} {p.state}.", p.id)
+    )

@@ -11,9 +11,21 @@ from typing import TYPE_CHECKING, Any, Literal
 import typer
 import yaml
 
-from akka_training.cli.output import details, duration, emit, human_bytes, section, table, when
+from akka_training.cli.arguments import RUN
+from akka_training.cli.output import (
+    confirm,
+    details,
+    duration,
+    emit,
+    human_bytes,
+    say,
+    section,
+    table,
+    when,
+)
 from akka_training.cli.state import state
 from akka_training.cli.training.rollouts import print_rollouts
+from akka_training.cli.watching import Watcher
 from akka_training.core.errors import InvalidRequest
 
 if TYPE_CHECKING:
@@ -82,7 +94,7 @@ def start(
         return
     if state.output == "text":
         word = "already submitted as" if run.existing else "started:"
-        print(f"Run {word} {run.id} ({run.phase})")
+        say(f"Run {word} {run.id} ({run.phase})", run.id)
         if show_resolved:
             print_settings(run.settings)
     if wait_:
@@ -104,11 +116,15 @@ def list_runs(
     phase: str = typer.Option(None, "--phase", help="open, or a phase such as TRAINING."),
     limit: int = typer.Option(100, "--limit"),
 ) -> None:
-    """Runs, newest first."""
+    """Runs, newest first (-q: their ids only)."""
     emit(state.client().runs(project, phase, limit), _print_list)
 
 
 def _print_list(rows: list[RunSummary]) -> None:
+    if state.quiet:
+        for r in rows:
+            print(r.id)
+        return
     table(
         ["RUN", "PROJECT", "METHOD", "BASE MODEL", "DATASET", "PHASE", "PROGRESS", "CREATED"],
         [
@@ -129,7 +145,7 @@ def _print_list(rows: list[RunSummary]) -> None:
 
 @app.command()
 def get(
-    run: str,
+    run: str = RUN,
     settings: bool = typer.Option(False, "--settings", help="Only the resolved settings."),
 ) -> None:
     """A run: state, results, data fit, memory, cost, failure."""
@@ -142,7 +158,7 @@ def get(
 
 @app.command()
 def wait(
-    run: str,
+    run: str = RUN,
     exit_status: bool = typer.Option(
         False, "--exit-status", help="Exit 1 unless the run completes."
     ),
@@ -154,16 +170,19 @@ def wait(
 
 def _wait(run: str, timeout: float | None, exit_status: bool) -> None:
     final: RunEndLine | None = None
-    for line in state.client().wait_run(run, timeout=timeout):
-        if state.output == "json":
-            print(json.dumps(line.to_json()), flush=True)
-        elif line.type == "event" and not state.quiet:
-            print(f"{line.at.isoformat()[11:19]}  {line.message}", flush=True)
-        elif line.type == "progress" and not state.quiet and line.step:
-            total = f" of {line.total_steps}" if line.total_steps else ""
-            print(f"          step {line.step}{total}", flush=True)
-        if line.type == "run":
-            final = line
+    watcher = Watcher(quiet=state.quiet or state.output != "text", no_color=state.no_color)
+    try:
+        for line in state.client().wait_run(run, timeout=timeout):
+            if state.output == "json":
+                print(json.dumps(line.to_json()), flush=True)
+            elif line.type == "event":
+                watcher.event(line)
+            elif line.type == "progress":
+                watcher.step(line)
+            if line.type == "run":
+                final = line
+    finally:
+        watcher.close()
     if final is None:
         raise InvalidRequest("The trainer closed the stream before the run ended.")
     record = final.run
@@ -181,19 +200,20 @@ def _wait(run: str, timeout: float | None, exit_status: bool) -> None:
 
 
 @app.command()
-def cancel(run: str) -> None:
-    """Cancel a run (its job is stopped)."""
+def cancel(run: str = RUN) -> None:
+    """Cancel a run (its job is stopped). On a terminal it asks first; --force does not."""
+    confirm(f"Cancel run {run}? Its job is stopped and it cannot be resumed.")
     emit(
         state.client().cancel_run(run),
-        lambda r: print(
-            f"Run {r.id}: {'cancel requested' if r.requested == 'cancel' else r.phase}."
+        lambda r: say(
+            f"Run {r.id}: {'cancel requested' if r.requested == 'cancel' else r.phase}.", r.id
         ),
     )
 
 
 @app.command()
 def pause(
-    run: str,
+    run: str = RUN,
     checkpoint: str = typer.Option(
         "save",
         "--checkpoint",
@@ -201,23 +221,27 @@ def pause(
     ),
 ) -> None:
     """Pause a run and release its devices."""
-    emit(state.client().pause_run(run, checkpoint), lambda r: print(f"Run {r.id} is {r.phase}."))
+    emit(
+        state.client().pause_run(run, checkpoint), lambda r: say(f"Run {r.id} is {r.phase}.", r.id)
+    )
 
 
 @app.command()
-def resume(run: str) -> None:
+def resume(run: str = RUN) -> None:
     """Resume a paused run from its last snapshot (a new attempt, same run)."""
     emit(
         state.client().resume_run(run),
-        lambda r: print(
-            f"Run {r.id} is {r.phase} (attempt {r.attempt + 1} will start from step {r.progress.saved_step or 0})."
+        lambda r: say(
+            f"Run {r.id} is {r.phase} (attempt {r.attempt + 1} will start from step "
+            f"{r.progress.saved_step or 0}).",
+            r.id,
         ),
     )
 
 
 @app.command()
 def branch(
-    run: str,
+    run: str = RUN,
     snapshot: str = typer.Option(
         ..., "--snapshot", help="The snapshot whose weights the new run starts from."
     ),
@@ -235,12 +259,12 @@ def branch(
         emit(checked, lambda _: print("The branch is valid; nothing was started."))
         return
     branched = client.branch_run(run, snapshot, steps, changes)
-    emit(branched, lambda r: print(f"Run {r.id} started from {run} {snapshot} ({r.phase})."))
+    emit(branched, lambda r: say(f"Run {r.id} started from {run} {snapshot} ({r.phase}).", r.id))
 
 
 @app.command("continue")
 def continue_(
-    run: str,
+    run: str = RUN,
     snapshot: str = typer.Option(..., "--snapshot"),
     steps: int = typer.Option(..., "--steps", help="Steps to train beyond the snapshot."),
     overrides: str = typer.Option(None, "--overrides"),
@@ -254,11 +278,11 @@ def continue_(
         emit(checked, lambda _: print("The continuation is valid; nothing was started."))
         return
     continued = client.continue_run(run, snapshot, steps, changes)
-    emit(continued, lambda r: print(f"Run {r.id} continues {run} from {snapshot} ({r.phase})."))
+    emit(continued, lambda r: say(f"Run {r.id} continues {run} from {snapshot} ({r.phase}).", r.id))
 
 
 @app.command()
-def snapshots(run: str) -> None:
+def snapshots(run: str = RUN) -> None:
     """A run's snapshots."""
     emit(state.client().snapshots(run), _print_snapshots)
 
@@ -289,7 +313,7 @@ def _stored(size: int | None) -> str:
 
 @app.command()
 def metrics(
-    run: str,
+    run: str = RUN,
     fields: str = typer.Option(
         None, "--fields", help="Comma-separated figure names or prefixes (reward, memory/…)."
     ),
@@ -314,7 +338,7 @@ def _print_metrics(m: Metrics) -> None:
 
 @app.command()
 def rollouts(
-    run: str,
+    run: str = RUN,
     step: int = typer.Option(None, "--step", help="The step to read (default: the latest kept)."),
     worst: int = typer.Option(None, "--worst", help="The N lowest-scored rollouts."),
     best: int = typer.Option(None, "--best", help="The N highest-scored rollouts."),
@@ -332,18 +356,26 @@ def rollouts(
 
 @app.command()
 def logs(
-    run: str,
+    run: str = RUN,
     follow: bool = typer.Option(False, "--follow", "-F", help="Keep printing as the job writes."),
     attempt: int = typer.Option(None, "--attempt"),
 ) -> None:
-    """The output of a run's job."""
+    """The output of a run's job (-o json: one object a chunk, with the offset to read on
+    from)."""
     client = state.client()
     offset = 0
     while True:
         chunk = client.logs(run, offset, attempt)
-        if chunk.text:
-            sys.stdout.write(chunk.text)
-            sys.stdout.flush()
+        if state.output == "text":
+            if chunk.text:
+                sys.stdout.write(chunk.text)
+        elif chunk.text or not follow or not chunk.open:
+            # A chunk with text, or the last one: what a program needs to read on later.
+            if state.output == "json":
+                sys.stdout.write(json.dumps(chunk.to_json()) + "\n")
+            else:
+                sys.stdout.write("---\n" + yaml.safe_dump(chunk.to_json(), sort_keys=False))
+        sys.stdout.flush()
         offset = chunk.offset
         if not follow or not chunk.open:
             return
@@ -351,7 +383,7 @@ def logs(
 
 
 @app.command()
-def grafana(run: str, project: str = typer.Option(None, "--project")) -> None:
+def grafana(run: str = RUN, project: str = typer.Option(None, "--project")) -> None:
     """A link to the run on the project's Grafana dashboard, valid until the printed expiry."""
     emit(
         state.client().grafana_link(run, project),
@@ -367,7 +399,7 @@ def grafana(run: str, project: str = typer.Option(None, "--project")) -> None:
 
 
 @app.command()
-def tree(run: str) -> None:
+def tree(run: str = RUN) -> None:
     """A run's lineage: the run it started from and the runs started from it."""
     emit(state.client().tree(run), lambda t: _print_tree(t.tree, t.focus, ""))
 
@@ -412,7 +444,6 @@ def print_settings(settings: dict[str, Any]) -> None:
 
 def print_run(r: RunRecord) -> None:
     progress = r.progress
-    saved = progress.saved_step
     section("State")
     rows: list[tuple[str, Any]] = [
         ("Run", r.id),
@@ -427,7 +458,7 @@ def print_run(r: RunRecord) -> None:
             f"step {progress.observed_step}"
             + (f" of {progress.total_steps}" if progress.total_steps else ""),
         ),
-        ("Saved", f"step {saved}" if saved is not None else "no snapshot yet"),
+        ("Saved", _saved(r)),
     ]
     if r.source:
         src = r.source
@@ -543,6 +574,15 @@ def print_memory(memory: MemorySplit) -> None:
         if value is not None:
             rows.append((name.capitalize(), human_bytes(value)))
     details(rows, indent="  ")
+
+
+def _saved(r: RunRecord) -> str:
+    """What the run has saved: its final adapter once it completed, else its last snapshot."""
+    saved = r.progress.saved_step
+    if r.results.model and r.phase == "COMPLETED":
+        final = f"the final adapter at step {r.progress.observed_step}"
+        return final + (f" (last snapshot: step {saved})" if saved is not None else "")
+    return f"step {saved}" if saved is not None else "no snapshot yet"
 
 
 def _modules(modules: list[str] | None) -> str:

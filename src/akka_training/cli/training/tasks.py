@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from akka_training.cli.output import details, emit, table, when
+from akka_training.cli.arguments import TASK
+from akka_training.cli.output import confirm, details, emit, table, when
 from akka_training.cli.state import state
 
 if TYPE_CHECKING:
@@ -27,14 +28,15 @@ def list_tasks(
 
 
 @app.command("get")
-def get(task: str) -> None:
+def get(task: str = TASK) -> None:
     """A task: its state, progress, result or failure."""
     emit(state.client().task(task), _print_task)
 
 
 @app.command("cancel")
-def cancel(task: str) -> None:
-    """Cancel a task (its job is stopped)."""
+def cancel(task: str = TASK) -> None:
+    """Cancel a task (its job is stopped). On a terminal it asks first; --force does not."""
+    confirm(f"Cancel task {task}?")
     emit(
         state.client().cancel_task(task), lambda t: print(f"Task {t.id}: {t.requested or t.state}.")
     )

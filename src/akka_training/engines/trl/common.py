@@ -3,6 +3,7 @@ class, the adapter a run starts from, and the training arguments every run sets.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from transformers import (
     AutoProcessor,
     AutoTokenizer,
     PreTrainedModel,
+    TrainerCallback,
 )
 
 from akka_training.core.plans import Lora
@@ -124,6 +126,32 @@ def start_step(job: JobContext) -> int:
     if source is not None and source.kind == "continue":
         return source.step
     return 0
+
+
+def schedule_steps(resume_from: Path | None, total_steps: int) -> int:
+    """The steps the learning-rate schedule spans. A run that restores a trainer state (a
+    resume, a continuation) keeps the schedule that state was trained under, so that it trains
+    exactly as the uninterrupted run would have; it is stretched only for a continuation that
+    trains past the end of its source's schedule."""
+    if resume_from is None:
+        return total_steps
+    try:
+        saved = json.loads((resume_from / "trainer_state.json").read_text())
+        planned = int(saved["max_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return total_steps
+    return max(planned, total_steps)
+
+
+class StopAt(TrainerCallback):
+    """Ends training after `step` when the schedule spans more steps than the run trains."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step >= self.step:
+            control.should_training_stop = True
 
 
 def warmup_steps(ratio: float, total_steps: int) -> float:

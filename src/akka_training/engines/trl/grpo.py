@@ -43,12 +43,14 @@ from akka_training.engines.failures import DataError, RewardError
 from akka_training.engines.flops import flop_parameters, peak_flops
 from akka_training.engines.memory import StepMemory
 from akka_training.engines.trl.common import (
+    StopAt,
     common_args,
     is_image_text,
     load_base_model,
     max_seq_length,
     precision,
     resume_checkpoint,
+    schedule_steps,
     setup_adapter,
     start_step,
     steps_for,
@@ -145,9 +147,10 @@ def run(job: JobContext) -> Outcome:
     total_steps = start_step(job) + steps_for(
         rl.training.epochs, rl.training.max_steps, steps_per_epoch
     )
+    schedule = schedule_steps(resume_from, total_steps)
     args = GRPOConfig(
         **common_args(job, device),
-        max_steps=total_steps,
+        max_steps=schedule,
         per_device_train_batch_size=rl.generations_per_prompt,
         gradient_accumulation_steps=rl.prompts_per_step,
         steps_per_generation=rl.prompts_per_step,
@@ -159,7 +162,7 @@ def run(job: JobContext) -> Outcome:
         epsilon_high=clip.high,
         learning_rate=rl.optimizer.learning_rate,
         weight_decay=rl.optimizer.weight_decay,
-        warmup_steps=warmup_steps(rl.optimizer.warmup_ratio, total_steps),
+        warmup_steps=warmup_steps(rl.optimizer.warmup_ratio, schedule),
         **_method_args(method),
     )
     rewards = StepRewards(
@@ -196,6 +199,8 @@ def run(job: JobContext) -> Outcome:
         flop_parameters=flop_parameters(trained),
         peak_flops=peak_flops(device, precision(settings, device)),
     )
+    if schedule > total_steps:
+        trainer.add_callback(StopAt(total_steps))
     trainer.add_callback(figures)
     trainer.add_callback(reporting)
     modules = adapted_modules(trained)

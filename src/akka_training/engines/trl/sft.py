@@ -27,12 +27,14 @@ from akka_training.engines.failures import DataError
 from akka_training.engines.flops import flop_parameters, peak_flops
 from akka_training.engines.memory import StepMemory
 from akka_training.engines.trl.common import (
+    StopAt,
     common_args,
     is_image_text,
     load_base_model,
     max_seq_length,
     precision,
     resume_checkpoint,
+    schedule_steps,
     setup_adapter,
     start_step,
     steps_for,
@@ -99,15 +101,16 @@ def run(job: JobContext) -> Outcome:
         / training.gradient_accumulation
     )
     total_steps = start_step(job) + steps_for(training.epochs, training.max_steps, steps_per_epoch)
+    schedule = schedule_steps(resume_from, total_steps)
     args = SFTConfig(
         **common_args(job, device),
-        max_steps=total_steps,
+        max_steps=schedule,
         per_device_train_batch_size=training.batch_size,
         per_device_eval_batch_size=training.batch_size,
         gradient_accumulation_steps=training.gradient_accumulation,
         learning_rate=hp.optimizer.learning_rate,
         weight_decay=hp.optimizer.weight_decay,
-        warmup_steps=warmup_steps(hp.optimizer.warmup_ratio, total_steps),
+        warmup_steps=warmup_steps(hp.optimizer.warmup_ratio, schedule),
         max_length=max_length,
         assistant_only_loss="messages" in examples[0],
         eval_strategy="steps" if eval_examples else "no",
@@ -121,6 +124,8 @@ def run(job: JobContext) -> Outcome:
         processing_class=processing,
         peft_config=peft_config,
     )
+    if schedule > total_steps:
+        trainer.add_callback(StopAt(total_steps))
     padding = PaddingMeter(trainer.data_collator)
     trainer.data_collator = padding
     trainer.add_callback(TrainingCollatorOnly(trainer))

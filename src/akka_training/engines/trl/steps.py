@@ -99,10 +99,12 @@ class StepReporting(TrainerCallback):
         self._figures = {"timing/step": step_seconds}
         self._figures |= self.memory.figures(model, kwargs.get("optimizer"))
         self._logs = {}
+        # A pause asked for during this step saves at its end: ask for the directive now.
+        self.job.reporter.refresh_action()
         action = self.job.reporter.action
         if action == "stop":
             control.should_training_stop = True
-            self.stopped = _before_the_end(state)
+            self.stopped = state.global_step < self.total_steps
         elif action == "save-and-stop":
             control.should_save = True
             self._stop_after_save = True
@@ -233,17 +235,13 @@ class StepReporting(TrainerCallback):
         if self._stop_after_save or self.job.reporter.action == "stop":
             # Told to stop at the last step, the run has finished all the same.
             control.should_training_stop = True
-            self.stopped = _before_the_end(state)
+            self.stopped = state.global_step < self.total_steps
         self._begin_step()
 
     def _begin_step(self) -> None:
         self.memory.begin()
         self._ready = self.clock()
         self._wall_ready = time.time()
-
-
-def _before_the_end(state: TrainerState) -> bool:
-    return state.global_step < state.max_steps
 
 
 def _remove_older(checkpoint: Path) -> None:

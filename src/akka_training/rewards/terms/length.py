@@ -1,9 +1,13 @@
-"""The ``length`` term: a bonus (or, with a negative weight, a penalty) on completion length.
+"""The ``length`` term: a bonus on a completion inside a length range, or, with a negative
+weight, a penalty on a completion outside it.
 
-The value is 1 when the completion's token count ``n`` lies in ``[minTokens, maxTokens]``
-(no upper bound when ``maxTokens`` is unset) and falls linearly to 0 over ``slackTokens``
-outside it: ``max(0, 1 - (minTokens - n) / slackTokens)`` below, ``max(0, 1 - (n - maxTokens)
-/ slackTokens)`` above.
+With a positive weight the value is 1 when the completion's token count ``n`` lies in
+``[minTokens, maxTokens]`` (no upper bound when ``maxTokens`` is unset) and falls linearly to 0
+over ``slackTokens`` outside it: ``max(0, 1 - (minTokens - n) / slackTokens)`` below,
+``max(0, 1 - (n - maxTokens) / slackTokens)`` above. With a negative weight the value is the
+distance from the range instead, ``1 -`` that: 0 inside the range, rising to 1 over
+``slackTokens`` outside it, so that weight x value is 0 for a completion of the right length
+and reaches the weight for one that is far too short or too long.
 """
 
 from __future__ import annotations
@@ -24,11 +28,11 @@ class LengthGrader(SyncGrader):
         self.slack_tokens = spec.slack_tokens
 
     def evaluate(self, rollout: RolloutInput) -> TermOutcome:
-        return TermOutcome(
-            length_value(
-                rollout.completion_tokens, self.min_tokens, self.max_tokens, self.slack_tokens
-            )
+        inside = length_value(
+            rollout.completion_tokens, self.min_tokens, self.max_tokens, self.slack_tokens
         )
+        # A penalty (negative weight) is paid for being outside the range, not inside it.
+        return TermOutcome(1.0 - inside if self.weight < 0 else inside)
 
 
 def length_value(tokens: int, min_tokens: int, max_tokens: int | None, slack_tokens: int) -> float:

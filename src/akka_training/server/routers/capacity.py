@@ -12,7 +12,7 @@ from akka_training.server.services import capacity as service
 router = APIRouter(prefix="/v1")
 
 
-@router.get("/capacity", responses=errors(401, 403))
+@router.get("/capacity", responses=errors(401, 403, 404))
 def capacity(ctx: Ctx, db: Db, caller: Caller, project: str | None = None) -> Capacity:
     if project:
         caller.require(project)

@@ -463,7 +463,7 @@ def _label(run: Run) -> str:
 
 def _failure_line(run: Run) -> str:
     try:
-        text = failure_text(FailureReason(run.failure_code or ""), run.failure_detail)
+        text = failure_text(FailureReason(run.failure_code or ""), run.failure_detail, run.method)
     except ValueError:
         text = run.failure_detail or run.failure_code or ""
     return text.splitlines()[0] if text else ""

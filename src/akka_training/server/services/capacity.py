@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from akka_training.core.errors import NotFound
 from akka_training.core.states import OPEN_CLAIM_STATES, ClaimState
 from akka_training.deployment.context import AppContext
 from akka_training.storage.models import Claim, Project
@@ -69,6 +70,10 @@ def pool_usage(session: Session, ctx: AppContext) -> list[PoolUse]:
 
 
 def capacity(session: Session, ctx: AppContext, project: str | None) -> dict[str, Any]:
+    if project and session.get(Project, project) is None:
+        raise NotFound(
+            f"There is no project {project!r}; `akka training projects list` shows the projects."
+        )
     now = datetime.now(UTC)
     pools = [
         {

@@ -92,8 +92,14 @@ def _training(
 
 
 def _step(session: Session, run: Run, attempt: Attempt, r: StepReport, now: datetime) -> None:
-    # A step of a new attempt replaces what an earlier attempt reported for the same step.
-    session.execute(delete(Step).where(Step.run_id == run.id, Step.step == r.step))
+    # A step of a new attempt replaces what an earlier attempt reported for the same step
+    # (after a pause at the latest snapshot): the run's figures count the step once.
+    replaced = session.get(Step, (run.id, r.step))
+    totals = dict((run.summary or {}).get("totals") or {})
+    if replaced is not None:
+        totals = step_totals(totals, replaced.metrics, sign=-1)
+        session.delete(replaced)
+        session.flush()
     session.add(
         Step(run_id=run.id, step=r.step, attempt=attempt.number, metrics=r.metrics, created_at=now)
     )
@@ -104,7 +110,9 @@ def _step(session: Session, run: Run, attempt: Attempt, r: StepReport, now: date
     if run.stalled_since is not None:
         event(session, run.id, "stall", f"steps resumed at step {r.step}")
     run.stalled_since = None
-    run.summary = _summary(run.summary or {}, r.metrics, run.method)
+    totals = step_totals(totals, r.metrics, sign=1)
+    run.summary = {**_summary(run.summary or {}, r.metrics, run.method), **run_figures(totals)}
+    run.summary["totals"] = totals
     run.memory = _memory(run.memory, r.step, r.metrics)
     if run.phase == Phase.PREPARING:
         move(session, run, RuleName.START_TRAINING, now=now)
@@ -201,17 +209,59 @@ def _summary(summary: dict[str, Any], metrics: dict[str, float], method: str) ->
         out.setdefault("firstReward", metrics["reward/mean"])
     if "eval_loss" in metrics:
         out["evalLoss"] = metrics["eval_loss"]
-    for key, name in (
-        ("tokens_per_second", "tokensPerSecond"),
-        ("mfu", "mfu"),
-        ("padding_share", "paddingShare"),
-    ):
-        if key in metrics:
-            n = out.get(f"{name}Count", 0)
-            mean = out.get(name) or 0.0
-            out[name] = (mean * n + metrics[key]) / (n + 1)
-            out[f"{name}Count"] = n + 1
     return out
+
+
+def step_totals(totals: dict[str, float], metrics: dict[str, Any], sign: int) -> dict[str, float]:
+    """The run's sums over the steps it kept, with one step's figures added (`sign` 1) or
+    taken away (-1, a step that was trained again):
+
+    - ``tokens`` and ``seconds`` (``timing/step``): throughput is tokens / training time.
+    - ``flopSeconds`` (each step's MFU x the time it was measured over, ``timing/update`` or
+      ``timing/step``) and ``mfuSeconds`` (that time): MFU is FLOPs / (time x peak), which is
+      flopSeconds / mfuSeconds for one device peak.
+    - ``realTokens`` and ``slots`` (real tokens / (1 - padding share)): the padding share is
+      1 - realTokens / slots.
+    """
+    out = dict(totals)
+
+    def add(key: str, value: float) -> None:
+        out[key] = out.get(key, 0.0) + sign * value
+
+    tokens = _number(metrics.get("tokens"))
+    seconds = _number(metrics.get("timing/step"))
+    if tokens is not None and seconds is not None:
+        add("tokens", tokens)
+        add("seconds", seconds)
+    mfu = _number(metrics.get("mfu"))
+    measured = _number(metrics.get("timing/update", metrics.get("timing/step")))
+    if mfu is not None and measured is not None:
+        add("flopSeconds", mfu * measured)
+        add("mfuSeconds", measured)
+    share = _number(metrics.get("padding_share"))
+    if share is not None and tokens is not None and share < 1:
+        add("realTokens", tokens)
+        add("slots", tokens / (1.0 - share))
+    return out
+
+
+def run_figures(totals: dict[str, float]) -> dict[str, float | None]:
+    """Throughput, MFU and padding share of the run, from `step_totals`."""
+
+    def ratio(num: str, den: str) -> float | None:
+        d = totals.get(den, 0.0)
+        return totals.get(num, 0.0) / d if d > 1e-12 else None
+
+    padding = ratio("realTokens", "slots")
+    return {
+        "tokensPerSecond": ratio("tokens", "seconds"),
+        "mfu": ratio("flopSeconds", "mfuSeconds"),
+        "paddingShare": None if padding is None else max(0.0, 1.0 - padding),
+    }
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _memory(

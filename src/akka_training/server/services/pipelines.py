@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, PlanRefused, Problem
-from akka_training.core.parsing import parse_plan
+from akka_training.core.parsing import parse_plan, salvage
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.plans import RL_METHODS, PipelinePlan
 from akka_training.core.refs import stage_of, valid_name
@@ -43,7 +43,12 @@ log = logging.getLogger(__name__)
 def start(
     session: Session, ctx: AppContext, principal: Principal, document: dict[str, Any], dry_run: bool
 ) -> dict[str, Any]:
-    plan = parse_plan(document)
+    try:
+        plan = parse_plan(document)
+    except PlanRefused as refused:
+        if document.get("kind") != "pipeline":
+            raise
+        raise _every_problem(session, ctx, principal, document, refused) from None
     if not isinstance(plan, PipelinePlan):
         raise InvalidRequest("This is a run plan; start it with `akka training runs start`.")
     principal.require(plan.project)
@@ -131,6 +136,33 @@ def check_stages(
     if problems:
         raise PlanRefused(problems, what="pipeline")
     return out
+
+
+def _every_problem(
+    session: Session,
+    ctx: AppContext,
+    principal: Principal,
+    document: dict[str, Any],
+    refused: PlanRefused,
+) -> PlanRefused:
+    """A pipeline refused for its schema, with the problems its stages' rules find in what still
+    parses, so that every problem comes at once (a field that was left out adds none)."""
+    plan, removed = salvage(PipelinePlan, document)
+    if plan is None:
+        return refused
+    try:
+        check_stages(session, ctx, principal, plan)
+    except PlanRefused as more:
+        seen = {(p.field, p.message) for p in refused.problems}
+        extra = [
+            p
+            for p in more.problems
+            if (p.field, p.message) not in seen
+            and not any(p.field == f or p.field.startswith((f + ".", f + "[")) for f in removed)
+        ]
+        if extra:
+            return PlanRefused([*refused.problems, *extra], what="pipeline")
+    return refused
 
 
 def _stage_settings(ctx: AppContext, checked: Checked, pins: dict[str, object]) -> dict[str, Any]:

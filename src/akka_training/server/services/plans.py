@@ -9,6 +9,7 @@ source by run, snapshot and blob keys.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session
 from akka_training.core.catalog import CatalogModel, engine_for
 from akka_training.core.defaults import fill_defaults, lora_of
 from akka_training.core.errors import AkkaError, PlanRefused, Problem
+from akka_training.core.parsing import salvage
 from akka_training.core.phases import Phase
 from akka_training.core.plans import RL_METHODS, RuleTerm, RunPlan
 from akka_training.core.refs import stage_of
@@ -59,6 +61,34 @@ def resolve_run(
     return build_settings(ctx, checked, pins)
 
 
+def every_problem(
+    session: Session,
+    ctx: AppContext,
+    principal: Principal,
+    document: dict[str, Any],
+    refused: PlanRefused,
+    stages: StageBinding | None = None,
+) -> PlanRefused:
+    """A plan refused for its schema, with the problems the rules find in what still parses
+    (the plan without its failed fields) added, so that every problem comes at once. A problem
+    of a field that was left out (it took its default) is not added."""
+    plan, removed = salvage(RunPlan, document)
+    if plan is None:
+        return refused
+    checked, _ = check_run(session, ctx, principal, plan, stages)
+    seen = {(p.field, p.message) for p in refused.problems}
+    more = [
+        p
+        for p in validate(checked)
+        if (p.field, p.message) not in seen
+        and not any(
+            p.field == f or p.field.startswith(f + ".") or p.field.startswith(f + "[")
+            for f in removed
+        )
+    ]
+    return PlanRefused([*refused.problems, *more]) if more else refused
+
+
 def check_run(
     session: Session,
     ctx: AppContext,
@@ -91,7 +121,14 @@ def check_run(
         )
     else:
         spec = ctx.pool(pool_name)
-        pool = PoolInfo(spec.name, spec.max_claim, spec.host_ram_gib)
+        seen = ctx.controller.observed() if ctx.controller is not None else None
+        node = seen.get(spec.name) if seen else None
+        pool = PoolInfo(
+            spec.name,
+            spec.max_claim,
+            spec.host_ram_gib,
+            largest_node=node.largest_node if node is not None else None,
+        )
 
     dataset_from_stage = None
     dataset = None
@@ -352,7 +389,9 @@ def _source(
                 )
             )
             return None
-        info = SourceInfo(run.id, run.base_model, run.method, lora, run.observed_step)
+        info = SourceInfo(
+            run.id, run.base_model, run.method, lora, run.observed_step, _gpus_of(run.settings)
+        )
         pin = SourcePin(
             kind="warm-start",
             run=run.id,
@@ -386,7 +425,9 @@ def _source(
             )
         )
         return None
-    info = SourceInfo(run.id, run.base_model, run.method, lora, snapshot.step)
+    info = SourceInfo(
+        run.id, run.base_model, run.method, lora, snapshot.step, _gpus_of(run.settings)
+    )
     pin = SourcePin(
         kind="continue" if restore == "trainingState" else "branch",
         run=run.id,
@@ -398,3 +439,10 @@ def _source(
         lora_alpha=lora.alpha if lora else None,
     )
     return info, pin
+
+
+def _gpus_of(settings: dict[str, object] | None) -> int | None:
+    """The GPU count a run trained on, from its resolved settings."""
+    execution = (settings or {}).get("execution")
+    gpus = execution.get("gpus") if isinstance(execution, dict) else None
+    return gpus if isinstance(gpus, int) else None

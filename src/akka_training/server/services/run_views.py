@@ -14,6 +14,7 @@ from akka_training.core.states import ClaimState
 from akka_training.deployment.context import AppContext
 from akka_training.server.services.projects import held_devices
 from akka_training.storage.models import Claim, Project, Run
+from akka_training.storage.transitions import held_until
 
 
 def run_json(session: Session, ctx: AppContext, run: Run, brief: bool = False) -> dict[str, Any]:
@@ -80,7 +81,7 @@ def _failure(run: Run) -> dict[str, Any] | None:
     if not run.failure_code:
         return None
     try:
-        reason = failure_text(FailureReason(run.failure_code), run.failure_detail)
+        reason = failure_text(FailureReason(run.failure_code), run.failure_detail, run.method)
     except ValueError:
         reason = run.failure_detail or run.failure_code
     return {"code": run.failure_code, "reason": reason, "firstLine": reason.splitlines()[0]}
@@ -107,7 +108,9 @@ def _cost(session: Session, run: Run, now: datetime) -> dict[str, Any]:
         select(Claim).where(Claim.run_id == run.id, Claim.state == ClaimState.GRANTED)
     )
     if held is not None and held.granted_at is not None:
-        gpu_seconds += (now - held.granted_at).total_seconds() * held.devices
+        # The clock stops when the run ends, even while its job is still exiting.
+        until = held_until(run, now)
+        gpu_seconds += max(0.0, (until - held.granted_at).total_seconds()) * held.devices
     end = run.ended_at or now
     summary = run.summary or {}
     return {

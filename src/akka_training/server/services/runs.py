@@ -17,15 +17,21 @@ from sqlalchemy.orm import Session
 
 from akka_training.backends.base import ClusterUnreachable
 from akka_training.core.documents import deep_merge
-from akka_training.core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable
-from akka_training.core.parsing import parse_model, parse_plan
+from akka_training.core.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    PlanRefused,
+    ServiceUnavailable,
+)
+from akka_training.core.parsing import parse_plan
 from akka_training.core.phases import TERMINAL, Phase, RuleName
 from akka_training.core.plans import RL_METHODS, RunPlan
 from akka_training.core.states import AttemptState, Request
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
 from akka_training.server.services.lookups import run_for
-from akka_training.server.services.plans import Resolved, resolve_run
+from akka_training.server.services.plans import Resolved, every_problem, resolve_run
 from akka_training.server.services.run_views import run_json
 from akka_training.storage.ids import new_id
 from akka_training.storage.models import Attempt, Event, Run, Snapshot, Step
@@ -45,7 +51,12 @@ def start(
     document: dict[str, Any],
     dry_run: bool,
 ) -> dict[str, Any]:
-    plan = parse_plan(document)
+    try:
+        plan = parse_plan(document)
+    except PlanRefused as refused:
+        if document.get("kind", "run") != "run":
+            raise
+        raise every_problem(session, ctx, principal, document, refused) from None
     if not isinstance(plan, RunPlan):
         raise InvalidRequest(
             "This is a pipeline plan; start it with `akka training pipelines start`."
@@ -216,12 +227,15 @@ def derive(
     if overrides:
         document = deep_merge(document, overrides)
     document["source"] = {"run": source.id, "snapshot": snapshot, "restore": restore}
+    section = "rlHyperparams" if document["config"]["method"] in RL_METHODS else "hyperparams"
+    training = document["config"].setdefault(section, {}).setdefault("training", {})
     if steps is not None:
-        section = "rlHyperparams" if document["config"]["method"] in RL_METHODS else "hyperparams"
-        training = document["config"].setdefault(section, {}).setdefault("training", {})
-        # A continuation counts steps from where the snapshot stopped.
-        training["maxSteps"] = steps + (snap.step if restore == "trainingState" else 0)
-    parse_model(RunPlan, document)
+        # The steps the new run trains: a continuation trains them on from the snapshot's step
+        # (its engine counts from there), a branch from step 0.
+        training["maxSteps"] = steps
+    elif restore == "trainingState" and source.total_steps:
+        # Without --steps a continuation trains what its source had left.
+        training["maxSteps"] = max(1, source.total_steps - snap.step)
     return start(session, ctx, principal, document, dry_run)
 
 
@@ -320,26 +334,62 @@ def _wait_lines(
             # of, so the events read after the run include the one of the phase it is in.
             current = session.get(Run, run_id)
             assert current is not None
+            done = Phase(current.phase) in stop_phases
+            progress = None
+            if current.observed_step != step:
+                step = current.observed_step
+                progress = _line(_progress_line(session, current))
+            if progress is not None and done:
+                # The last step comes before the event that ends the run.
+                yield progress
+                progress = None
             for e in events(session, run_id, after):
                 after = e["id"]
                 yield _line({"type": "event", **e})
-            if current.observed_step != step:
-                step = current.observed_step
-                yield _line(
-                    {
-                        "type": "progress",
-                        "phase": current.phase,
-                        "step": step,
-                        "totalSteps": current.total_steps,
-                    }
-                )
-            done = Phase(current.phase) in stop_phases
+            if progress is not None:
+                yield progress
             timed_out = deadline is not None and time.monotonic() > deadline
             if done or timed_out:
                 record = run_json(session, ctx, current)
                 yield _line({"type": "run", "timedOut": timed_out and not done, "run": record})
                 return
         time.sleep(0.5)
+
+
+def _progress_line(session: Session, run: Run) -> dict[str, Any]:
+    """The run's step with its loss or reward and the time left at this attempt's pace."""
+    line: dict[str, Any] = {
+        "type": "progress",
+        "phase": run.phase,
+        "step": run.observed_step,
+        "totalSteps": run.total_steps,
+    }
+    rows = session.scalars(
+        select(Step)
+        .where(Step.run_id == run.id, Step.attempt == run.attempt)
+        .order_by(Step.step.desc())
+        .limit(20)
+    ).all()
+    if not rows:
+        return line
+    latest = rows[0].metrics
+    if run.method == "sft":
+        if isinstance(latest.get("loss"), int | float):
+            line["loss"] = float(latest["loss"])
+    else:
+        if isinstance(latest.get("reward/mean"), int | float):
+            line["reward"] = float(latest["reward/mean"])
+        line["terms"] = {
+            key[len("terms/") : -len("/share_mean")]: float(value)
+            for key, value in latest.items()
+            if key.startswith("terms/") and key.endswith("/share_mean")
+        }
+    seconds = [r.metrics.get("timing/step") for r in rows]
+    timed = [float(x) for x in seconds if isinstance(x, int | float)]
+    if timed and run.total_steps and run.observed_step is not None:
+        left = max(0, run.total_steps - run.observed_step)
+        line["etaSeconds"] = left * sum(timed) / len(timed)
+    return line
 
 
 def _line(item: dict[str, Any]) -> bytes:

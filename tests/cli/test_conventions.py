@@ -1,0 +1,178 @@
+"""The CLI's conventions without a trainer: usage mistakes, exit statuses, errors as JSON, the
+debug flag, shell completion, colour, which URL a context and a variable choose."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from akka_training.cli import exits
+from akka_training.testing.service import free_port
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def akka(
+    *args: str, prelude: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    code = f"{prelude}\nimport sys\nsys.argv = ['akka', *{list(args)!r}]\n"
+    code += "from akka_training.cli.main import run\nrun()\n"
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TRAINER_URL", "AKKA_CONTEXT", "AKKA_ACCESS_TOKEN", "NO_COLOR", "AKKA_DEBUG")
+    }
+    base["AKKA_CONFIG"] = base.get("AKKA_CONFIG_FOR_TESTS", "/nonexistent/akka-config.yaml")
+    base.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, env=base
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "sentence"),
+    [
+        (["training", "runs", "start"], "Error: Missing option '-f' / '--file'."),
+        (["training", "runs", "lst"], "Error: No such command 'lst'. Did you mean 'list'?"),
+        (["training", "runs", "list", "--bogus"], "Error: No such option: --bogus"),
+        (
+            ["training", "runs", "list", "--limit", "abc"],
+            "Error: Invalid value for '--limit': Input should be a valid integer, unable to "
+            "parse string as an integer",
+        ),
+        (["training", "runs", "wait"], "Error: Missing argument 'RUN'."),
+    ],
+)
+def test_a_usage_mistake_prints_the_usage_line_and_one_sentence(
+    args: list[str], sentence: str
+) -> None:
+    result = akka(*args)
+    assert result.returncode == exits.USAGE == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("Usage: akka training runs")
+    assert lines[-1] == sentence
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_usage_mistake_under_json_is_also_an_error_object_on_stdout() -> None:
+    result = akka("-o", "json", "training", "runs", "wait")
+    assert result.returncode == 2
+    assert json.loads(result.stdout) == {
+        "error": {"code": "usage", "message": "Missing argument 'RUN'.", "problems": []}
+    }
+
+
+def test_an_unreachable_trainer_has_its_own_exit_status_and_error_object() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    text = akka("--trainer-url", url, "training", "runs", "get", "abc123")
+    assert text.returncode == exits.UNREACHABLE == 3
+    assert text.stderr.strip() == (
+        f"error: The trainer at {url} does not answer; start it with `akka trainer serve` or "
+        "point --trainer-url (or the context) at a running one."
+    )
+    as_json = akka("--trainer-url", url, "-o", "json", "training", "runs", "get", "abc123")
+    assert as_json.returncode == 3
+    assert json.loads(as_json.stdout)["error"]["code"] == "unreachable"
+    assert as_json.stderr == ""
+    as_yaml = akka("--trainer-url", url, "-o", "yaml", "training", "info")
+    assert yaml.safe_load(as_yaml.stdout)["error"]["code"] == "unreachable"
+
+
+BOOM = (
+    "import akka_training.cli.state as s\n"
+    "def boom(path=None):\n"
+    "    raise RuntimeError('the disk is on fire')\n"
+    "s.load_config = boom\n"
+)
+
+
+def test_an_unexpected_failure_is_one_sentence_and_a_traceback_only_with_debug() -> None:
+    result = akka("config", "get-contexts", prelude=BOOM)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: akka failed unexpectedly: RuntimeError: the disk is on fire. Run the command "
+        "again with --debug for the traceback."
+    )
+    debug = akka("config", "get-contexts", "--debug", prelude=BOOM)
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert "RuntimeError: the disk is on fire" in debug.stderr
+    assert (
+        "Traceback" in akka("config", "get-contexts", prelude=BOOM, env={"AKKA_DEBUG": "1"}).stderr
+    )
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_scripts_for_each_shell(shell: str) -> None:
+    result = akka("completion", shell)
+    assert result.returncode == 0
+    assert "_AKKA_COMPLETE=complete_" + shell in result.stdout
+
+
+def test_the_completion_script_completes_commands() -> None:
+    result = akka(
+        env={"_AKKA_COMPLETE": "complete_bash", "COMP_WORDS": "akka training ru", "COMP_CWORD": "2"}
+    )
+    assert result.returncode == 0
+    assert result.stdout.split() == ["runs"]
+    assert akka("completion", "tcsh").stderr.strip() == (
+        "Error: completion takes bash, zsh or fish, not 'tcsh'."
+    )
+
+
+def test_no_color_takes_every_style_out_of_help() -> None:
+    forced = {"FORCE_COLOR": "1", "TTY_COMPATIBLE": "1"}
+    styled = akka("training", "runs", "--help", env=forced)
+    assert "\x1b[" in styled.stdout
+    plain = akka("--no-color", "training", "runs", "--help", env=forced)
+    assert plain.returncode == 0
+    assert "\x1b[" not in plain.stdout
+    assert "Usage: akka training runs" in plain.stdout
+
+
+def test_an_explicit_context_beats_trainer_url_and_the_variable_beats_the_current_one(
+    tmp_path: Path,
+) -> None:
+    far, near = free_port(), free_port()
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "far",
+                "contexts": {"far": {"api-host": f"http://127.0.0.1:{far}"}},
+            }
+        )
+    )
+    env = {"AKKA_CONFIG": str(config), "TRAINER_URL": f"http://127.0.0.1:{near}"}
+    named = akka("--context", "far", "training", "info", env=env)
+    assert f"The trainer at http://127.0.0.1:{far} does not answer" in named.stderr
+    current = akka("training", "info", env=env)
+    assert f"The trainer at http://127.0.0.1:{near} does not answer" in current.stderr
+    flag = akka(
+        "--context", "far", "--trainer-url", f"http://127.0.0.1:{near}", "training", "info", env=env
+    )
+    assert f"The trainer at http://127.0.0.1:{near} does not answer" in flag.stderr
+
+
+def test_singular_nouns_of_auth_and_config() -> None:
+    assert akka("auth", "token", "--help").returncode == 0
+    assert akka("config", "get-context").returncode == 0
+
+
+def test_help_says_what_a_prefix_takes() -> None:
+    out = akka("--no-color", "training", "runs", "get", "--help").stdout
+    assert "unambiguous prefix of it (3" in out
+
+
+def test_the_exit_statuses_are_documented_as_the_code_has_them() -> None:
+    page = (DOCS / "cli.md").read_text()
+    rows = dict(re.findall(r"^\| `(\d)` +\| ([^|]+?) +\|", page, flags=re.M))
+    assert {int(k): v for k, v in rows.items()} == exits.CODES

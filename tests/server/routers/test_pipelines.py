@@ -1,0 +1,37 @@
+"""Pipelines through the real app: a refused pipeline lists its schema and its stages' rule
+problems together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.server.routers.helpers import chat_rows, register, sft_plan
+
+
+def test_a_pipeline_reports_an_unknown_field_and_its_stages_rule_problems_together(
+    api: httpx.Client,
+) -> None:
+    register(api, "maths/train", chat_rows(12))
+    stage: dict[str, Any] = {k: v for k, v in sft_plan().items() if k not in ("kind", "project")}
+    plan = {
+        "kind": "pipeline",
+        "project": "maths",
+        "stages": [
+            {**stage, "name": "one", "type": "train", "colour": "blue"},
+            {**stage, "name": "two", "type": "train", "execution": {"gpus": 2}},
+        ],
+    }
+    answered = api.post("/v1/pipelines", params={"dry_run": "true"}, json=plan)
+    assert answered.status_code == 422
+    error = answered.json()["error"]
+    assert [p["field"] for p in error["problems"]] == [
+        "stages[0].colour",
+        "stages[1].execution.gpus",
+    ]
+    assert error["problems"][1]["message"] == (
+        "stage two: No envelope in this deployment's catalog runs sft on tiny-chat at 2 GPU(s) "
+        "under trl: it is qualified at 1 GPU(s). Set execution.gpus to one of these."
+    )
+    assert error["message"].startswith("The pipeline was refused (2 problems):")
