@@ -16,6 +16,8 @@ from akka_training.cli import main as cli_main
 from akka_training.cli.state import State, state
 
 ROOT = Path(__file__).resolve().parents[2]
+# Commands of other tools whose arguments may hold the word akka (a namespace, a release).
+OTHER_TOOLS = {"kubectl", "helm", "docker"}
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
@@ -31,7 +33,10 @@ def shown_commands() -> list[tuple[str, str]]:
                     continue
                 if "import " in line or "akka_training" in line:
                     continue
-                command = match.group(1)
+                if line.split()[0] in OTHER_TOOLS:
+                    continue  # `kubectl -n akka …`: another tool's command naming the namespace
+                # A value the shell fills in (`--token "$(cat FILE)"`) stands for one argument.
+                command = re.sub(r"\$\([^)]*\)", "VALUE", match.group(1))
                 if not re.match(r"(-|[a-z])", command):
                     continue  # prose or a diagram ("akka CLI ──HTTP──▶ …"), not a command
                 for cut in (" # ", "  #", " | ", " < ", ")"):
