@@ -105,7 +105,7 @@ def test_a_job_that_starts_training_publishes_its_step_counter_at_zero(
         P + "job.phase", lambda r: r.point({c.RUN_PHASE: "TRAINING"}).value == 1
     )
     assert phases.point({c.RUN_PHASE: "PREPARING"}).value == 0
-    assert receiver.wait_for_metric(P + "job.heartbeat").points[0].value > 1.7e9
+    assert receiver.wait_for_metric(P + "job.heartbeat.timestamp").points[0].value > 1.7e9
 
 
 def test_rollout_histograms_carry_their_explicit_boundaries(
@@ -113,9 +113,9 @@ def test_rollout_histograms_carry_their_explicit_boundaries(
 ) -> None:
     job.histograms(
         {
-            "reward": [0.0, 0.0, 1.0, 1.2, 0.55],
+            "reward": [0.0, 0.0, 1.0, 1.2, 0.55, -0.3],
             "reward/correct": [0.0, 1.0],
-            "completion_length": [40, 500, 4000, float("nan")],
+            "completion_length": [3, 40, 500, 4000, float("nan")],
         }
     )
     with pytest.raises(ValueError, match="no histogram for 'rewards'"):
@@ -125,12 +125,15 @@ def test_rollout_histograms_carry_their_explicit_boundaries(
     reward = receiver.wait_for_metric(P + "rl.rollout.reward")
     point = reward.points[0]
     assert point.explicit_bounds == c.REWARD_BOUNDARIES
-    assert point.count == 5
+    assert point.count == 6
     assert len(point.bucket_counts) == len(c.REWARD_BOUNDARIES) + 1
-    assert point.bucket_counts[0] == 2  # the two zeros: le=0
+    # A penalty lands in its own bucket below 0; the two zeros in the bucket that ends at 0.
+    assert point.bucket_counts[c.REWARD_BOUNDARIES.index(-0.25)] == 1
+    assert point.bucket_counts[c.REWARD_BOUNDARIES.index(0.0)] == 2
     length = receiver.wait_for_metric(P + "rl.rollout.completion.length").points[0]
     assert length.explicit_bounds == c.COMPLETION_LENGTH_BOUNDARIES
-    assert length.count == 3  # the NaN is not recorded
+    assert length.count == 4  # the NaN is not recorded
+    assert length.bucket_counts[c.COMPLETION_LENGTH_BOUNDARIES.index(4.0)] == 1
     share = receiver.wait_for_metric(P + "rl.rollout.term.share")
     assert share.point({c.REWARD_TERM: "correct"}).count == 2
 
@@ -157,8 +160,8 @@ def test_reward_stats_time_count_failures_by_cause_and_judge_tokens(
     assert failures.point({c.REWARD_FAILURE_CAUSE: "no-verdict"}).value == 1
     assert failures.point({c.REWARD_TERM: "format"}) is None
     tokens = receiver.wait_for_metric(P + "reward.judge.tokens")
-    assert tokens.point({c.TOKEN_TYPE: "prompt"}).value == 900
-    assert tokens.point({c.TOKEN_TYPE: "completion"}).value == 40
+    assert tokens.point({"gen_ai.token.type": "input"}).value == 900
+    assert tokens.point({"gen_ai.token.type": "output"}).value == 40
     assert tokens.point({c.REWARD_TERM: "format"}) is None
 
 

@@ -35,6 +35,7 @@ from akka_training.engines.bundles import bundle_resolver
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.engine import Engine, load_engine
 from akka_training.engines.failures import classify_failure
+from akka_training.engines.logs import configure_logging
 from akka_training.engines.offline import stay_offline
 from akka_training.engines.reporter import HttpReporter, StaleAttempt
 from akka_training.engines.snapshots import upload_adapter
@@ -43,7 +44,7 @@ from akka_training.engines.watchdog import StallWatchdog
 from akka_training.telemetry import catalog as names
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.telemetry.otel import JOB_SERVICE, job_resource_from_spec
-from akka_training.telemetry.placement import detect_placement
+from akka_training.telemetry.placement import detect_placement, namespace_name
 from akka_training.telemetry.tracing import Tracing, job_traceparent
 
 log = logging.getLogger("akka_training.job")
@@ -56,9 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m akka_training.engines.job JOB_JSON", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging()
     token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
         # Without its token the job cannot report anything, not even its failure.
@@ -135,9 +134,7 @@ def _setup(job: JobContext) -> Engine:
     job.reporter.started(placement)
     job.telemetry = _open_telemetry(job, placement)
     job.tracing = Tracing(
-        JOB_SERVICE,
-        job_resource_from_spec(spec, pod=placement.pod, node=placement.node),
-        spec.telemetry.collector_endpoint,
+        JOB_SERVICE, _resource(spec, placement), spec.telemetry.collector_endpoint
     )
     job.watchdog = StallWatchdog(
         spec.telemetry.stall_seconds,
@@ -164,13 +161,21 @@ def _report_failure(job: JobContext, exc: Exception) -> int:
 def _open_telemetry(job: JobContext, placement: Placement) -> JobTelemetry:
     spec = job.spec
     telemetry = JobTelemetry(
-        job_resource_from_spec(spec, pod=placement.pod, node=placement.node),
-        spec.telemetry.collector_endpoint,
-        job.artifacts,
+        _resource(spec, placement), spec.telemetry.collector_endpoint, job.artifacts
     )
     telemetry.placement(placement.pod, placement.node, placement.gpus)
     telemetry.watch_gpus(placement.gpus)
+    reward = spec.settings.config.reward
+    if reward is not None and reward.terms:
+        telemetry.reward_terms({term.name: term.kind for term in reward.terms})
+    job.reporter.on_directive(telemetry.directive)
     return telemetry
+
+
+def _resource(spec: JobSpec, placement: Placement) -> dict[str, str | int]:
+    return job_resource_from_spec(
+        spec, pod=placement.pod, node=placement.node, namespace=namespace_name()
+    )
 
 
 def _finish(job: JobContext, outcome: Outcome) -> FinishedReport:
