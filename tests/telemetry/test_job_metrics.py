@@ -9,6 +9,7 @@ import pytest
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry, generate_latest
 
+from akka_training.core.phases import Phase
 from akka_training.core.reports import Gpu
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry.job_metrics import JobTelemetry
@@ -241,3 +242,80 @@ def test_a_job_resource_without_run_attempt_or_project_is_refused(tmp_path: Path
         JobTelemetry({c.RUN_ID: "r", c.PROJECT: "maths"}, None, tmp_path)
     with pytest.raises(ValueError, match="unknown"):
         JobTelemetry({**job_resource("r", 1, "maths"), "run": "r"}, None, tmp_path)
+
+
+def test_the_phase_follows_a_pause_and_every_phase_is_0_in_the_last_export(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    telemetry = JobTelemetry(
+        job_resource("run-9", 1, "maths"), receiver.endpoint, tmp_path, export_interval_s=3600
+    )
+    telemetry.training("rl")
+    telemetry.directive("continue")
+    assert telemetry.current_phase is Phase.TRAINING
+    telemetry.directive("save-and-stop")
+    assert telemetry.flush()
+    phases = receiver.wait_for_metric(
+        P + "job.phase", lambda r: r.point({c.RUN_PHASE: "PAUSING"}).value == 1
+    )
+    assert phases.point({c.RUN_PHASE: "TRAINING"}).value == 0
+    with pytest.raises(ValueError, match="a job is never in COMPLETED"):
+        telemetry.phase("COMPLETED")
+
+    telemetry.shutdown()  # the job exits: its last export
+    last = receiver.wait_for_metric(P + "job.phase", lambda r: all(p.value == 0 for p in r.points))
+    assert {p.attributes[c.RUN_PHASE] for p in last.points} == {
+        "PREPARING",
+        "TRAINING",
+        "PAUSING",
+    }
+
+
+def test_reward_counters_start_at_0_for_every_term_and_cause(
+    job: JobTelemetry, receiver: OtlpReceiver
+) -> None:
+    job.reward_terms({"correct": "match", "judge": "judge", "grader": "http"})
+    assert job.flush()
+    failures = receiver.wait_for_metric(P + "reward.term.failures")
+    seeded = {
+        (p.attributes[c.REWARD_TERM], p.attributes[c.REWARD_FAILURE_CAUSE]) for p in failures.points
+    }
+    # A local term fails only with an error in its code; a remote one by every cause.
+    assert seeded == {("correct", "error")} | {
+        (term, cause) for term in ("judge", "grader") for cause in c.REWARD_FAILURE_CAUSES
+    }
+    assert all(p.value == 0 for p in failures.points)
+    tokens = receiver.wait_for_metric(P + "reward.judge.tokens")
+    assert sorted(
+        (p.attributes[c.REWARD_TERM], p.attributes[c.TOKEN_TYPE]) for p in tokens.points
+    ) == [
+        ("judge", "input"),
+        ("judge", "output"),
+    ]
+
+
+def test_a_job_in_kubernetes_carries_the_opentelemetry_k8s_attributes(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    from akka_training.telemetry.placement import namespace_name
+
+    namespace_file = tmp_path / "namespace"
+    namespace_file.write_text("training\n")
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    assert namespace_name(env, namespace_file) == "training"
+    assert namespace_name({"POD_NAMESPACE": "ml"}, namespace_file) == "ml"
+    assert namespace_name({}, namespace_file) is None  # outside Kubernetes
+    telemetry = JobTelemetry(
+        job_resource("run-3", 1, "maths", pod="ray-worker-x", node="gpu-7", namespace="training"),
+        receiver.endpoint,
+        tmp_path / "a",
+        export_interval_s=3600,
+    )
+    try:
+        assert telemetry.flush()
+    finally:
+        telemetry.shutdown()
+    resource = receiver.wait_for_metric(P + "job.phase").resource
+    assert resource["k8s.pod.name"] == resource[c.POD] == "ray-worker-x"
+    assert resource["k8s.node.name"] == resource[c.NODE] == "gpu-7"
+    assert resource["k8s.namespace.name"] == "training"
