@@ -17,6 +17,7 @@ from akka_training.engines.reporter import HttpReporter
 from akka_training.engines.watchdog import StallWatchdog
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.telemetry.tracing import Tracing
+from akka_training.telemetry.tracking import MlflowTracking
 
 
 @dataclass
@@ -32,6 +33,8 @@ class JobContext:
     bundles: BundleResolver | None = None
     # The job's spans (children of its root span `job`).
     tracing: Tracing | None = None
+    # The run's MLflow run, when the deployment tracks runs in MLflow.
+    tracking: MlflowTracking | None = None
     # When the job started (time.time()), for its `job.prepare` span.
     started_at: float = field(default_factory=time.time)
 

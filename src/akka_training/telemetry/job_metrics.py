@@ -63,7 +63,7 @@ from akka_training.telemetry.otel import (
     make_resource,
     meter_provider,
 )
-from akka_training.telemetry.sinks import Sink, open_sinks
+from akka_training.telemetry.sinks import TENSORBOARD_DIR, BackgroundSinks, Sink, open_sinks
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,16 @@ class JobTelemetry:
     def stalled(self, is_stalled: bool) -> None:
         """Set by the job's watchdog when no step completed within its stall limit."""
         self._m[c.PREFIX + "job.stalled"].set(1 if is_stalled else 0)
+
+    def add_sink(self, sink: Sink) -> None:
+        """Another receiver of every step's figures (the run's MLflow run), written from a
+        thread of its own."""
+        with self._lock:
+            self._sinks.append(BackgroundSinks([sink]))
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.artifacts_dir / TENSORBOARD_DIR
 
     # --- per step ------------------------------------------------------------------------------
 
