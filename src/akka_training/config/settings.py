@@ -103,6 +103,9 @@ class Grafana(_Section):
     # PEM file of the RSA key that signs link tokens; None: one generated under $AKKA_HOME.
     signing_key: str | None = None
     link_lifetime_seconds: int = Field(3600, ge=60)
+    # The link token's `iss` and `aud` claims, which Grafana's `expect_claims` checks.
+    issuer: str = "akka-training"
+    audience: str = "grafana"
 
 
 class Pool(_Section):

@@ -43,6 +43,8 @@ class Observability:
             Path(grafana.signing_key).read_text() if grafana.signing_key else None,
             ctx.settings.home,
             grafana.link_lifetime_seconds,
+            issuer=grafana.issuer,
+            audience=grafana.audience,
         )
         transitions.FAILURE_LISTENERS.append(self.metrics.run_failed)
 
