@@ -411,7 +411,11 @@ _FILES = """\
   `{"step": 12, "kind": "rl", "time": 1767225600.123, "figures": {"reward/mean": 0.41, ...}}`
   (a figure that is not a finite number is written as `null`).
 - `tensorboard/`: the same figures as TensorBoard scalars named `<kind>/<figure>`
-  (`tensorboard --logdir` on the artifacts directory shows them).
+  (`tensorboard --logdir` on the artifacts directory shows them). When the job exits they are
+  kept with the run in the trainer's storage, at `runs/RUN/attempts/N/tensorboard/`.
+
+With `trainer.tracking.mlflow-uri` set, every step's figures also go to the run's MLflow run;
+see [Experiment tracking in MLflow](experiment-tracking.md).
 """
 
 
