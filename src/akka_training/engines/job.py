@@ -123,9 +123,9 @@ def run_engine(job: JobContext, engine: Engine) -> int:
             job.reporter.stopped(StoppedReport(step=outcome.step))
             _track_end(job, "KILLED")
         else:
-            finished = _finish(job, outcome)
+            job.reporter.finished(_finish(job, outcome))
+            # After the report: the run is complete whether or not MLflow takes the adapter.
             _track_adapter(job, outcome)
-            job.reporter.finished(finished)
             _track_end(job, "FINISHED")
         return 0
     except StaleAttempt:
@@ -189,14 +189,17 @@ def keep_tensorboard(job: JobContext) -> None:
 def _track_adapter(job: JobContext, outcome: Outcome) -> None:
     if job.tracking is None:
         return
-    directory = outcome.adapter_dir
-    if directory is None and outcome.adapter_key is not None:
-        directory = download_adapter(
-            job.store, outcome.adapter_key, job.workdir / "tracked-adapter"
-        )
-    if directory is not None:
-        facts = card_facts(job.spec, outcome.step, outcome.adapter_modules, outcome.summary)
-        job.tracking.adapter(directory, facts)
+    try:
+        directory = outcome.adapter_dir
+        if directory is None and outcome.adapter_key is not None:
+            directory = download_adapter(
+                job.store, outcome.adapter_key, job.workdir / "tracked-adapter"
+            )
+        if directory is not None:
+            facts = card_facts(job.spec, outcome.step, outcome.adapter_modules, outcome.summary)
+            job.tracking.adapter(directory, facts)
+    except Exception:  # the run is complete; its tracking must not undo that
+        log.exception("MLflow: the adapter could not be recorded")
 
 
 def _track_end(job: JobContext, status: str) -> None:

@@ -217,6 +217,9 @@ def test_a_job_token_reads_nothing(api: httpx.Client, trainer: InProcessTrainer)
         assert answer(job.get(path)) == (403, refused), path
 
 
+# Two in-process trainers each (SQLite and Postgres) with an OTLP receiver: kept out of
+# the fast layer.
+@pytest.mark.slow
 def test_the_service_metrics_leave_by_one_path(
     in_process_factory: Any, trainer: InProcessTrainer, api: httpx.Client
 ) -> None:
@@ -251,6 +254,9 @@ def test_the_service_metrics_leave_by_one_path(
     )
 
 
+# Two in-process trainers each (SQLite and Postgres) with an OTLP receiver: kept out of
+# the fast layer.
+@pytest.mark.slow
 def test_a_dataset_registration_is_a_span_with_the_service_s_name(in_process_factory: Any) -> None:
     with OtlpReceiver() as receiver:
         trainer = in_process_factory(
