@@ -16,7 +16,7 @@ NDJSON = "application/x-ndjson"
 # A route behind a token answers 401; 403 where the token may not use the project.
 ERRORS: dict[tuple[str, str], set[int]] = {
     ("get", "/healthz"): set(),
-    ("get", "/metrics"): set(),
+    ("get", "/metrics"): {404},
     ("get", "/v1/grafana/jwks"): set(),
     ("get", "/v1/info"): {401},
     ("post", "/v1/auth/exchange"): {400, 401},
