@@ -240,8 +240,8 @@ Prometheus's `increase()` and `rate()` need a sample before the first increment:
 appears with the value 1 shows an increase of 0. Every counter is therefore published at 0 for
 each attribute set known in advance: a job's step counter when it starts training, each reward
 term's failures by every cause the term can fail with and a judge's input and output tokens
-when the job starts, each GPU's XID counter for the codes of note (13, 31, 43, 45, 48, 61, 62,
-63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120; any other code appears with its first
+when the job starts, each GPU's XID counter for the codes of note
+({", ".join(str(x) for x in c.XIDS_OF_NOTE)}; any other code appears with its first
 value), and the service's run failures for every reason of every project.
 """
 
