@@ -40,6 +40,7 @@ def test_a_pending_attempt_gets_its_spec_token_and_environment(
                     "local": {"enforce-host-memory": True},
                     "reinforcement": {"verl-python": "/opt/verl/bin/python"},
                     "telemetry": {"collector-endpoint": collector.endpoint},
+                    "tracking": {"mlflow-uri": "http://mlflow.example:5000"},
                     "controller": {"stall-seconds": 120},
                 }
             }
@@ -78,6 +79,7 @@ def test_a_pending_attempt_gets_its_spec_token_and_environment(
             "collectorEndpoint": collector.endpoint,
             "traceparent": TRACEPARENT,
             "stallSeconds": 120.0,
+            "mlflowUri": "http://mlflow.example:5000",
         },
         "maxSteps": None,
     }
@@ -143,6 +145,7 @@ def test_a_plain_deployment_runs_the_engines_with_the_runs_own_trace(
         "collectorEndpoint": None,
         "traceparent": traced,
         "stallSeconds": 600.0,
+        "mlflowUri": None,
     }
     assert sorted(untraced.env) == ["AKKA_JOB_TOKEN"]
     assert untraced.job_spec["telemetry"]["traceparent"] is None

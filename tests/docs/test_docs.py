@@ -21,6 +21,7 @@ PAGES = [
     "rollouts.md",
     "observability.md",
     "grafana.md",
+    "experiment-tracking.md",
     "reinforcement-learning.md",
     "supervised-fine-tuning.md",
     "verl.md",

@@ -24,6 +24,7 @@ def test_a_stall_is_dumped_uploaded_and_announced(tmp_path: Path) -> None:
         0.3, tmp_path / "artifacts", store, lambda name: f"runs/r/attempts/2/{name}", sink
     )
     watchdog.start()
+    watchdog.arm()
     try:
         deadline = time.monotonic() + 10
         while sink.stall_dump is None and time.monotonic() < deadline:
@@ -59,3 +60,29 @@ def test_progress_rearms_the_watchdog(tmp_path: Path) -> None:
     watchdog.progress()
     now[0] = 41.0
     assert watchdog.check() is not None
+
+
+def test_the_stall_clock_starts_with_training_not_with_the_job(tmp_path: Path) -> None:
+    # Loading a large model takes longer than the stall limit: that is no stall, and the one
+    # dump of the first real stall is still there to take.
+    now = [0.0]
+    watchdog = StallWatchdog(
+        10, tmp_path, LocalBlobStore(tmp_path / "b"), lambda n: n, Sink(), clock=lambda: now[0]
+    )
+    watchdog.start()
+    try:
+        now[0] = 500.0  # still loading the model
+        assert watchdog.check() is None
+        watchdog.arm()  # the first step begins
+        now[0] = 505.0
+        assert watchdog.check() is None
+        now[0] = 511.0
+        first = watchdog.check()
+        assert first is not None
+        watchdog.progress()
+        now[0] = 530.0  # a second, distinct stall gets its own dump
+        second = watchdog.check()
+        assert second is not None and second != first
+        assert len(watchdog.dumps) == 2
+    finally:
+        watchdog.stop()

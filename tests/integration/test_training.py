@@ -365,17 +365,35 @@ def test_job_and_service_metrics_reach_the_collector(
             names.PREFIX + name, lambda s: s.attributes.get(names.RUN_ID) == sft["id"], timeout=30
         )
         assert span.trace_id == submit.trace_id
-    for name in ("job.prepare", "job.step", "job.snapshot.save"):
+    for name in ("job.prepare", "job.step"):
         span = receiver.wait_for_span(
             names.PREFIX + name, lambda s: s.resource.get(names.RUN_ID) == sft["id"], timeout=30
         )
         assert span.trace_id == submit.trace_id and span.parent_span_id == job.span_id
+    # A snapshot's save is part of its step.
+    save = receiver.wait_for_span(
+        names.PREFIX + "job.snapshot.save",
+        lambda s: s.resource.get(names.RUN_ID) == sft["id"],
+        timeout=30,
+    )
+    steps = {
+        s.span_id: s
+        for s in receiver.spans(names.PREFIX + "job.step")
+        if s.resource.get(names.RUN_ID) == sft["id"]
+    }
+    assert steps[save.parent_span_id or ""].attributes[names.STEP] == save.attributes[names.STEP]
 
 
-def test_the_prometheus_endpoint(trainer: TrainerProcess) -> None:
-    text = httpx.get(f"{trainer.url}/metrics").text
-    assert "akka_optimize_training_pool_devices_declared{" in text
-    assert 'akka_optimize_training_pool_name="default"' in text
+def test_the_prometheus_endpoint_is_off_where_the_service_exports_over_otlp(
+    trainer: TrainerProcess, receiver: OtlpReceiver
+) -> None:
+    # One path per deployment: with a collector, the capacity gauges go there (above), and
+    # /metrics says so instead of serving every series a second time.
+    answered = httpx.get(f"{trainer.url}/metrics")
+    assert answered.status_code == 404
+    assert answered.json()["error"]["message"].startswith(
+        f"this deployment exports the service's metrics over OTLP to {receiver.endpoint} "
+    )
 
 
 def test_the_grafana_link_carries_a_token_that_verifies_and_expires_when_printed(
@@ -389,7 +407,9 @@ def test_the_grafana_link_carries_a_token_that_verifies_and_expires_when_printed
     token = url.params["auth_token"]
     jwks = httpx.get(f"{trainer.url}/v1/grafana/jwks").json()
     key = jwt.PyJWKSet.from_dict(jwks)[jwt.get_unverified_header(token)["kid"]]
-    claims = jwt.decode(token, key.key, algorithms=["RS256"])
+    claims = jwt.decode(
+        token, key.key, algorithms=["RS256"], audience="grafana", issuer="akka-training"
+    )
     assert claims["project"] == "demo"
     assert claims["exp"] == int(datetime.fromisoformat(link["expiresAt"]).timestamp())
     assert claims["exp"] - claims["iat"] == 900

@@ -17,7 +17,7 @@ NDJSON = "application/x-ndjson"
 ERRORS: dict[tuple[str, str], set[int]] = {
     ("get", "/healthz"): set(),
     ("get", "/readyz"): {503},
-    ("get", "/metrics"): set(),
+    ("get", "/metrics"): {404},
     ("get", "/v1/grafana/jwks"): set(),
     ("get", "/v1/info"): {401},
     ("post", "/v1/auth/exchange"): {400, 401},

@@ -15,7 +15,15 @@ P = c.PREFIX
 
 def test_every_name_is_under_the_prefix_and_unique() -> None:
     names = [m.name for m in c.METRICS] + [s.name for s in c.SPANS] + [a.name for a in c.ATTRIBUTES]
-    assert all(n.startswith("akka.optimize.training.") for n in names)
+    ours = [n for n in names if n not in c.ECOSYSTEM_ATTRIBUTES]
+    assert all(n.startswith("akka.optimize.training.") for n in ours)
+    # The exceptions are OpenTelemetry's semantic-convention names, spelled as it spells them.
+    assert set(c.ECOSYSTEM_ATTRIBUTES) == {
+        "k8s.pod.name",
+        "k8s.node.name",
+        "k8s.namespace.name",
+        "gen_ai.token.type",
+    }
     assert len({m.name for m in c.METRICS}) == len(c.METRICS)
     assert len({s.name for s in c.SPANS}) == len(c.SPANS)
     assert len({a.name for a in c.ATTRIBUTES}) == len(c.ATTRIBUTES)
@@ -75,13 +83,17 @@ def test_histograms_and_only_histograms_have_increasing_boundaries() -> None:
         if m.instrument is c.Instrument.HISTOGRAM:
             assert len(m.boundaries) >= 5, m.name
             assert list(m.boundaries) == sorted(set(m.boundaries)), m.name
-            # prometheus_client leaves out _sum and _count below a negative bound.
-            assert m.boundaries[0] >= 0, m.name
+            # Only rewards and term shares go below 0 (a penalty term): prometheus_client leaves
+            # out _sum and _count of a histogram with a negative bound (the collector keeps
+            # them), so nothing else has one.
+            if m.name not in NEGATIVE_HISTOGRAMS:
+                assert m.boundaries[0] >= 0, m.name
         else:
             assert m.boundaries == (), m.name
 
 
-_UCUM = re.compile(r"^(s|By|W|Cel|MHz|%|1|\{[a-z_]+\}|\{[a-z_]+\}/s)$")
+_UCUM = re.compile(r"^(s|By|W|Cel|Hz|1|\{[a-z_]+\}|\{[a-z_]+\}/s)$")
+NEGATIVE_HISTOGRAMS = {P + "rl.rollout.reward", P + "rl.rollout.term.share"}
 
 
 def test_units_are_ucum() -> None:
@@ -121,6 +133,35 @@ def test_prometheus_names_of_known_metrics() -> None:
     assert c.prometheus_label(c.RUN_ID) == "akka_optimize_training_run_id"
 
 
+def test_names_and_units_follow_the_ecosystem_conventions() -> None:
+    # Hertz for clocks, a 0-1 ratio for utilisation, a _timestamp_seconds heartbeat.
+    for clock in ("gpu.clock.sm", "gpu.clock.memory"):
+        assert (
+            c.prometheus_name(c.metric(P + clock))
+            == f"akka_optimize_training_{clock.replace('.', '_')}_hertz"
+        )
+    utilisation = c.metric(P + "gpu.utilization.ratio")
+    assert utilisation.unit == "1"
+    assert c.prometheus_name(utilisation) == "akka_optimize_training_gpu_utilization_ratio"
+    assert c.prometheus_name(c.metric(P + "job.heartbeat.timestamp")) == (
+        "akka_optimize_training_job_heartbeat_timestamp_seconds"
+    )
+    assert not any(m.unit in ("%", "MHz") for m in c.METRICS)
+    tokens = c.metric(P + "reward.judge.tokens")
+    assert "gen_ai.token.type" in tokens.attributes
+    assert c.attribute("gen_ai.token.type").values == ("input", "output")
+    for name in ("k8s.pod.name", "k8s.node.name", "k8s.namespace.name", c.POD, c.NODE):
+        assert name in c.JOB_RESOURCE_ATTRIBUTES
+
+
+def test_histogram_boundaries_fit_penalties_and_short_completions() -> None:
+    for name in ("rl.rollout.reward", "rl.rollout.term.share"):
+        bounds = c.metric(P + name).boundaries
+        assert bounds[0] < 0 and 0.0 in bounds and bounds[-1] >= 5, name
+    lengths = c.metric(P + "rl.rollout.completion.length").boundaries
+    assert lengths[:4] == (1.0, 2.0, 4.0, 8.0)
+
+
 def test_prometheus_name_agrees_with_the_real_exporter_for_every_metric() -> None:
     registry = CollectorRegistry(auto_describe=False)
     reader = PrometheusMetricReader(registry=registry)
@@ -148,5 +189,8 @@ def test_prometheus_name_agrees_with_the_real_exporter_for_every_metric() -> Non
     samples = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
     for m in c.METRICS:
         for series in c.prometheus_series(m):
+            if m.name in NEGATIVE_HISTOGRAMS and not series.endswith("_bucket"):
+                assert series not in samples  # the Python client's rule, see above
+                continue
             assert series in samples, (m.name, series)
     assert "akka_optimize_training_observed_errors_total" in samples

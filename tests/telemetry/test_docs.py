@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry import dashboard, docs
 from akka_training.telemetry.figures import mapping_rows
+from tests.telemetry.promql import PROMTOOL, needs_promtool
 
 REPO = Path(__file__).resolve().parents[2]
 OBSERVABILITY = REPO / "docs" / "observability.md"
@@ -112,3 +115,34 @@ def test_the_alert_rules_use_the_documented_stalled_queries() -> None:
         assert rule["condition"] == "C"
         assert rule["noDataState"] == "OK"
         assert flat(docs.stalled_query(kind)) in flat(docs.render())
+
+
+@needs_promtool
+@pytest.mark.parametrize("project", [None, "maths"])
+def test_every_dashboard_query_parses_in_prometheus(tmp_path: Path, project: str | None) -> None:
+    board = dashboard.build(project)
+    grafana_vars = {
+        "$__rate_interval": "2m",
+        "$__interval": "1m",
+        "$project": "maths",
+        "$run": "run-1",
+        "$attempt": ".*",
+    }
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    exprs += [v["query"]["query"] for v in board["templating"]["list"] if v.get("type") == "query"]
+    rules = []
+    for i, expr in enumerate(exprs):
+        for name, value in grafana_vars.items():
+            expr = expr.replace(name, value)
+        if expr.startswith("label_values("):
+            # Grafana's variable function: its first argument is the PromQL selector.
+            expr = expr.removeprefix("label_values(").rsplit(",", 1)[0]
+        rules.append({"record": f"dashboard:query_{i}", "expr": expr})
+    path = tmp_path / "dashboard-queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    assert PROMTOOL is not None
+    checked = subprocess.run(
+        [PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in checked.stdout + checked.stderr

@@ -80,12 +80,15 @@ def test_health_of_each_gpu_reaches_the_collector_with_its_uuid(
     assert power.point({c.GPU_UUID: A}).value == 412.5
     assert power.point({c.GPU_UUID: B}).attributes == {c.GPU_UUID: B, c.GPU_INDEX: 1}
     assert receiver.wait_for_metric(P + "gpu.temperature").point({c.GPU_UUID: A}).value == 55
-    assert receiver.wait_for_metric(P + "gpu.utilization").unit == "%"
+    utilisation = receiver.wait_for_metric(P + "gpu.utilization.ratio")
+    assert utilisation.unit == "1"
+    assert utilisation.point({c.GPU_UUID: A}).value == 0.97  # NVML says 97 (%)
     assert (
         receiver.wait_for_metric(P + "gpu.memory.used").point({c.GPU_UUID: B}).value == 60 * 2**30
     )
-    assert receiver.wait_for_metric(P + "gpu.clock.sm").point({c.GPU_UUID: A}).value == 1980
-    assert receiver.wait_for_metric(P + "gpu.clock.memory").unit == "MHz"
+    # NVML answers MHz; the series is in hertz.
+    assert receiver.wait_for_metric(P + "gpu.clock.sm").point({c.GPU_UUID: A}).value == 1980e6
+    assert receiver.wait_for_metric(P + "gpu.clock.memory").unit == "Hz"
 
     throttle = receiver.wait_for_metric(P + "gpu.throttle")
     active = {
@@ -126,10 +129,14 @@ def test_xid_events_are_counted_per_gpu_and_code(
             time.sleep(0.02)
     finally:
         health.close()
-    assert sorted((a[c.GPU_UUID], a[c.GPU_XID], v) for a, v in counted) == [
+    assert sorted((a[c.GPU_UUID], a[c.GPU_XID], v) for a, v in counted if v) == [
         (A, 48, 1),
         (B, 79, 2),
     ]
+    # Every XID of note was published at 0 for each GPU from the start, so Prometheus sees
+    # the first one as an increase.
+    zeros = {(a[c.GPU_UUID], a[c.GPU_XID]) for a, v in counted if v == 0}
+    assert zeros == {(g, x) for g in (A, B) for x in c.XIDS_OF_NOTE} - {(A, 48), (B, 79)}
 
 
 def test_the_sampler_thread_follows_changing_readings(

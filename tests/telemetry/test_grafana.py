@@ -21,7 +21,9 @@ def _verify(token: str, jwks: dict) -> dict:
     keys = jwt.PyJWKSet.from_dict(jwks)
     kid = jwt.get_unverified_header(token)["kid"]
     key = next(k for k in keys.keys if k.key_id == kid)
-    return jwt.decode(token, key.key, algorithms=["RS256"])
+    return jwt.decode(
+        token, key.key, algorithms=["RS256"], audience="grafana", issuer="akka-training"
+    )
 
 
 def test_a_link_opens_the_run_and_its_token_verifies_against_the_jwks(tmp_path: Path) -> None:
@@ -86,7 +88,8 @@ def test_a_configured_key_signs_and_nothing_is_written(tmp_path: Path) -> None:
     links = GrafanaLinks("https://g.example", "akka-training", pem, tmp_path, 60)
     url, _ = links.link("vision", "r", START, END)
     token = parse_qs(urlsplit(url).query)["auth_token"][0]
-    assert jwt.decode(token, key.public_key(), algorithms=["RS256"])["project"] == "vision"
+    decoded = jwt.decode(token, key.public_key(), algorithms=["RS256"], audience="grafana")
+    assert decoded["project"] == "vision"
     assert list(tmp_path.iterdir()) == []
     jwk = links.jwks()["keys"][0]
     assert (jwk["kty"], jwk["alg"], jwk["use"], jwk["kid"]) == ("RSA", "RS256", "sig", links.kid)
@@ -102,4 +105,4 @@ def test_a_token_signed_by_another_key_does_not_verify(tmp_path: Path) -> None:
         _verify(token, ours.jwks())
     our_key = jwt.PyJWKSet.from_dict(ours.jwks()).keys[0].key
     with pytest.raises(jwt.InvalidSignatureError):
-        jwt.decode(token, our_key, algorithms=["RS256"])
+        jwt.decode(token, our_key, algorithms=["RS256"], audience="grafana")

@@ -9,6 +9,7 @@ import pytest
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CollectorRegistry, generate_latest
 
+from akka_training.core.phases import Phase
 from akka_training.core.reports import Gpu
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry.job_metrics import JobTelemetry
@@ -105,7 +106,7 @@ def test_a_job_that_starts_training_publishes_its_step_counter_at_zero(
         P + "job.phase", lambda r: r.point({c.RUN_PHASE: "TRAINING"}).value == 1
     )
     assert phases.point({c.RUN_PHASE: "PREPARING"}).value == 0
-    assert receiver.wait_for_metric(P + "job.heartbeat").points[0].value > 1.7e9
+    assert receiver.wait_for_metric(P + "job.heartbeat.timestamp").points[0].value > 1.7e9
 
 
 def test_rollout_histograms_carry_their_explicit_boundaries(
@@ -113,9 +114,9 @@ def test_rollout_histograms_carry_their_explicit_boundaries(
 ) -> None:
     job.histograms(
         {
-            "reward": [0.0, 0.0, 1.0, 1.2, 0.55],
+            "reward": [0.0, 0.0, 1.0, 1.2, 0.55, -0.3],
             "reward/correct": [0.0, 1.0],
-            "completion_length": [40, 500, 4000, float("nan")],
+            "completion_length": [3, 40, 500, 4000, float("nan")],
         }
     )
     with pytest.raises(ValueError, match="no histogram for 'rewards'"):
@@ -125,12 +126,15 @@ def test_rollout_histograms_carry_their_explicit_boundaries(
     reward = receiver.wait_for_metric(P + "rl.rollout.reward")
     point = reward.points[0]
     assert point.explicit_bounds == c.REWARD_BOUNDARIES
-    assert point.count == 5
+    assert point.count == 6
     assert len(point.bucket_counts) == len(c.REWARD_BOUNDARIES) + 1
-    assert point.bucket_counts[0] == 2  # the two zeros: le=0
+    # A penalty lands in its own bucket below 0; the two zeros in the bucket that ends at 0.
+    assert point.bucket_counts[c.REWARD_BOUNDARIES.index(-0.25)] == 1
+    assert point.bucket_counts[c.REWARD_BOUNDARIES.index(0.0)] == 2
     length = receiver.wait_for_metric(P + "rl.rollout.completion.length").points[0]
     assert length.explicit_bounds == c.COMPLETION_LENGTH_BOUNDARIES
-    assert length.count == 3  # the NaN is not recorded
+    assert length.count == 4  # the NaN is not recorded
+    assert length.bucket_counts[c.COMPLETION_LENGTH_BOUNDARIES.index(4.0)] == 1
     share = receiver.wait_for_metric(P + "rl.rollout.term.share")
     assert share.point({c.REWARD_TERM: "correct"}).count == 2
 
@@ -157,8 +161,8 @@ def test_reward_stats_time_count_failures_by_cause_and_judge_tokens(
     assert failures.point({c.REWARD_FAILURE_CAUSE: "no-verdict"}).value == 1
     assert failures.point({c.REWARD_TERM: "format"}) is None
     tokens = receiver.wait_for_metric(P + "reward.judge.tokens")
-    assert tokens.point({c.TOKEN_TYPE: "prompt"}).value == 900
-    assert tokens.point({c.TOKEN_TYPE: "completion"}).value == 40
+    assert tokens.point({"gen_ai.token.type": "input"}).value == 900
+    assert tokens.point({"gen_ai.token.type": "output"}).value == 40
     assert tokens.point({c.REWARD_TERM: "format"}) is None
 
 
@@ -238,3 +242,80 @@ def test_a_job_resource_without_run_attempt_or_project_is_refused(tmp_path: Path
         JobTelemetry({c.RUN_ID: "r", c.PROJECT: "maths"}, None, tmp_path)
     with pytest.raises(ValueError, match="unknown"):
         JobTelemetry({**job_resource("r", 1, "maths"), "run": "r"}, None, tmp_path)
+
+
+def test_the_phase_follows_a_pause_and_every_phase_is_0_in_the_last_export(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    telemetry = JobTelemetry(
+        job_resource("run-9", 1, "maths"), receiver.endpoint, tmp_path, export_interval_s=3600
+    )
+    telemetry.training("rl")
+    telemetry.directive("continue")
+    assert telemetry.current_phase is Phase.TRAINING
+    telemetry.directive("save-and-stop")
+    assert telemetry.flush()
+    phases = receiver.wait_for_metric(
+        P + "job.phase", lambda r: r.point({c.RUN_PHASE: "PAUSING"}).value == 1
+    )
+    assert phases.point({c.RUN_PHASE: "TRAINING"}).value == 0
+    with pytest.raises(ValueError, match="a job is never in COMPLETED"):
+        telemetry.phase("COMPLETED")
+
+    telemetry.shutdown()  # the job exits: its last export
+    last = receiver.wait_for_metric(P + "job.phase", lambda r: all(p.value == 0 for p in r.points))
+    assert {p.attributes[c.RUN_PHASE] for p in last.points} == {
+        "PREPARING",
+        "TRAINING",
+        "PAUSING",
+    }
+
+
+def test_reward_counters_start_at_0_for_every_term_and_cause(
+    job: JobTelemetry, receiver: OtlpReceiver
+) -> None:
+    job.reward_terms({"correct": "match", "judge": "judge", "grader": "http"})
+    assert job.flush()
+    failures = receiver.wait_for_metric(P + "reward.term.failures")
+    seeded = {
+        (p.attributes[c.REWARD_TERM], p.attributes[c.REWARD_FAILURE_CAUSE]) for p in failures.points
+    }
+    # A local term fails only with an error in its code; a remote one by every cause.
+    assert seeded == {("correct", "error")} | {
+        (term, cause) for term in ("judge", "grader") for cause in c.REWARD_FAILURE_CAUSES
+    }
+    assert all(p.value == 0 for p in failures.points)
+    tokens = receiver.wait_for_metric(P + "reward.judge.tokens")
+    assert sorted(
+        (p.attributes[c.REWARD_TERM], p.attributes[c.TOKEN_TYPE]) for p in tokens.points
+    ) == [
+        ("judge", "input"),
+        ("judge", "output"),
+    ]
+
+
+def test_a_job_in_kubernetes_carries_the_opentelemetry_k8s_attributes(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    from akka_training.telemetry.placement import namespace_name
+
+    namespace_file = tmp_path / "namespace"
+    namespace_file.write_text("training\n")
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    assert namespace_name(env, namespace_file) == "training"
+    assert namespace_name({"POD_NAMESPACE": "ml"}, namespace_file) == "ml"
+    assert namespace_name({}, namespace_file) is None  # outside Kubernetes
+    telemetry = JobTelemetry(
+        job_resource("run-3", 1, "maths", pod="ray-worker-x", node="gpu-7", namespace="training"),
+        receiver.endpoint,
+        tmp_path / "a",
+        export_interval_s=3600,
+    )
+    try:
+        assert telemetry.flush()
+    finally:
+        telemetry.shutdown()
+    resource = receiver.wait_for_metric(P + "job.phase").resource
+    assert resource["k8s.pod.name"] == resource[c.POD] == "ray-worker-x"
+    assert resource["k8s.node.name"] == resource[c.NODE] == "gpu-7"
+    assert resource["k8s.namespace.name"] == "training"

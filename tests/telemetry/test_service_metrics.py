@@ -12,6 +12,7 @@ from akka_training.telemetry.service_metrics import (
     CapacitySnapshot,
     PoolCapacity,
     ProjectCapacity,
+    ScrapeOff,
     ServiceTelemetry,
 )
 from akka_training.testing.otlp_receiver import OtlpReceiver
@@ -128,3 +129,46 @@ def test_a_failing_snapshot_is_logged_once_and_publishes_nothing(
     assert "pool_devices_declared" not in first
     logged = [r for r in caplog.records if "capacity snapshot could not be read" in r.message]
     assert len(logged) == 1
+
+
+def test_with_scrape_chosen_nothing_goes_over_otlp_and_with_otlp_nothing_is_scraped(
+    receiver: OtlpReceiver,
+) -> None:
+    scraped = ServiceTelemetry(receiver.endpoint, _snapshot, export="scrape")
+    try:
+        assert b"akka_optimize_training_pool_devices_declared" in scraped.prometheus_text()
+        assert scraped.flush()
+    finally:
+        scraped.shutdown()
+    assert receiver.latest(P + "pool.devices.declared") is None
+
+    exported = ServiceTelemetry(receiver.endpoint, _snapshot, export_interval_s=3600)
+    try:
+        assert exported.export == "otlp"  # the default with a collector
+        with pytest.raises(ScrapeOff, match=re.escape("over OTLP to http://127.0.0.1")):
+            exported.prometheus_text()
+        assert exported.flush()
+    finally:
+        exported.shutdown()
+    assert receiver.wait_for_metric(P + "pool.devices.declared")
+    with pytest.raises(
+        ValueError, match=re.escape("no trainer.telemetry.collector-endpoint is set")
+    ):
+        ServiceTelemetry(None, _snapshot, export="otlp")
+
+
+def test_run_failures_start_at_0_for_every_reason_of_every_project() -> None:
+    telemetry = ServiceTelemetry(None, _snapshot)
+    try:
+        text = telemetry.prometheus_text().decode()
+    finally:
+        telemetry.shutdown()
+    name = c.prometheus_name(c.metric(P + "run.failures"))
+    reason = c.prometheus_label(c.FAILURE_REASON)
+    for project in ("maths", "vision"):
+        for r in FailureReason:
+            assert re.search(
+                rf'^{name}{{.*{reason}="{r.value}".*}} 0\.0$|^{name}{{.*project="{project}".*{reason}="{r.value}".*}} 0\.0$',
+                text,
+                re.M,
+            ), (project, r)

@@ -123,6 +123,21 @@ class Bundles(_Section):
 
 class Telemetry(_Section):
     collector_endpoint: str | None = None
+    # How the service's own metrics leave it, one way per deployment so that no series comes
+    # twice: `otlp` (to the collector) or `scrape` (Prometheus scrapes /metrics). None: otlp
+    # when a collector endpoint is set, else scrape.
+    service_metrics: Literal["otlp", "scrape"] | None = None
+
+    @property
+    def service_export(self) -> Literal["otlp", "scrape"]:
+        if self.service_metrics is not None:
+            return self.service_metrics
+        return "otlp" if self.collector_endpoint else "scrape"
+
+
+class Tracking(_Section):
+    # An MLflow tracking server (http://mlflow:5000): each run becomes an MLflow run.
+    mlflow_uri: str | None = None
 
 
 class Grafana(_Section):
@@ -131,6 +146,9 @@ class Grafana(_Section):
     # PEM file of the RSA key that signs link tokens; None: one generated under $AKKA_HOME.
     signing_key: str | None = None
     link_lifetime_seconds: int = Field(3600, ge=60)
+    # The link token's `iss` and `aud` claims, which Grafana's `expect_claims` checks.
+    issuer: str = "akka-training"
+    audience: str = "grafana"
 
 
 class Pool(_Section):
@@ -236,6 +254,7 @@ class Trainer(_Section):
     datasets: Datasets = Field(default_factory=Datasets)
     bundles: Bundles = Field(default_factory=Bundles)
     telemetry: Telemetry = Field(default_factory=Telemetry)
+    tracking: Tracking = Field(default_factory=Tracking)
     grafana: Grafana = Field(default_factory=Grafana)
     pools: list[Pool] | None = None  # None: one pool sized from the devices this host has
     default_pool: str | None = None

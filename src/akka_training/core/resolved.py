@@ -82,6 +82,8 @@ class Telemetry(PlanModel):
     collector_endpoint: str | None = None
     traceparent: str | None = None
     stall_seconds: float = 600.0
+    # An MLflow tracking server the job records the run in (trainer.tracking.mlflow-uri).
+    mlflow_uri: str | None = None
 
 
 class JobSpec(PlanModel):

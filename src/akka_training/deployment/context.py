@@ -41,6 +41,9 @@ class TelemetryHandle(Protocol):
     def span(self, name: str, run: Any, **attrs: Any) -> AbstractContextManager[str | None]:
         """A span of `run`'s trace; entering it gives its traceparent (to hand to a job)."""
 
+    def operation(self, name: str, **attrs: Any) -> AbstractContextManager[Any]:
+        """A span of the service's own work outside any run; entering it gives the span."""
+
 
 @dataclass
 class AppContext:

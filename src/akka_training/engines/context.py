@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from akka_training.blobstore import BlobStore
 from akka_training.core import blobkeys
@@ -17,6 +17,7 @@ from akka_training.engines.reporter import HttpReporter
 from akka_training.engines.watchdog import StallWatchdog
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.telemetry.tracing import Tracing
+from akka_training.telemetry.tracking import MlflowTracking
 
 
 @dataclass
@@ -32,6 +33,8 @@ class JobContext:
     bundles: BundleResolver | None = None
     # The job's spans (children of its root span `job`).
     tracing: Tracing | None = None
+    # The run's MLflow run, when the deployment tracks runs in MLflow.
+    tracking: MlflowTracking | None = None
     # When the job started (time.time()), for its `job.prepare` span.
     started_at: float = field(default_factory=time.time)
 
@@ -50,6 +53,14 @@ class JobContext:
 
     def rollouts_key(self, step: int) -> str:
         return blobkeys.rollouts_key(self.spec.run_id, step)
+
+    def training_began(self, kind: Literal["sft", "rl"]) -> None:
+        """Training starts (the first step begins): the telemetry's phase TRAINING and step
+        counter at 0, and the stall watchdog's clock. Every engine calls it once."""
+        if self.telemetry is not None:
+            self.telemetry.training(kind)
+        if self.watchdog is not None:
+            self.watchdog.arm()
 
     def attempt_key(self, name: str) -> str:
         return blobkeys.attempt_key(self.spec.run_id, self.spec.attempt, name)

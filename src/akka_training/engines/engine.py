@@ -43,7 +43,8 @@ class Engine(Protocol):
     **What it reports, and when.** Through `job.reporter`, in this order:
 
     - ``training`` once, before the first step: the total steps, the data fit, the adapted
-      modules (and `job.telemetry.training(kind)` when telemetry is open);
+      modules, then `job.training_began(kind)` as the first step begins (the telemetry's
+      phase and step counter, and the stall watchdog's clock);
     - every optimizer step as a ``steps`` report with its figures (named as
       `akka_training.telemetry.catalog` routes them), published to `job.telemetry` as well,
       and `job.watchdog.progress()`, so that a job that keeps stepping is never taken for

@@ -15,7 +15,12 @@ directory is the attempt's job directory (artifacts go under ``./artifacts``). O
    store) and report `finished`; an exception is reported as `failed` with its failure reason
    and detail (`failures.classify_failure`) and the job exits non-zero. Exactly one end report
    per attempt, and none when the service has moved on from it;
-4. cleanup: stop the watchdog, flush the telemetry.
+4. cleanup: stop the watchdog, flush the telemetry, and keep the attempt's TensorBoard files
+   with the run in the store (``runs/<run>/attempts/<n>/tensorboard/``).
+
+With ``trainer.tracking.mlflow-uri`` set, the run is also an MLflow run
+(`telemetry.tracking`): its settings, every step's figures, the final adapter with its model
+card, the TensorBoard files, and its status at the end of each attempt.
 """
 
 from __future__ import annotations
@@ -35,17 +40,19 @@ from akka_training.engines.bundles import bundle_resolver
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.engine import Engine, load_engine
 from akka_training.engines.failures import classify_failure
+from akka_training.engines.logs import configure_logging
 from akka_training.engines.model_cache import local_model
 from akka_training.engines.offline import stay_offline
 from akka_training.engines.reporter import HttpReporter, StaleAttempt
-from akka_training.engines.snapshots import upload_adapter
+from akka_training.engines.snapshots import download_adapter, upload_adapter
 from akka_training.engines.tokenizer_files import store_tokenizer
 from akka_training.engines.watchdog import StallWatchdog
 from akka_training.telemetry import catalog as names
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.telemetry.otel import JOB_SERVICE, job_resource_from_spec
-from akka_training.telemetry.placement import detect_placement
+from akka_training.telemetry.placement import detect_placement, namespace_name
 from akka_training.telemetry.tracing import Tracing, job_traceparent
+from akka_training.telemetry.tracking import MlflowTracking, card_facts
 
 log = logging.getLogger("akka_training.job")
 
@@ -57,9 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m akka_training.engines.job JOB_JSON", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging()
     token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
         # Without its token the job cannot report anything, not even its failure.
@@ -105,6 +110,7 @@ def run_job(spec: JobSpec, reporter: HttpReporter, workdir: Path) -> int:
             job.watchdog.stop()
         if job.telemetry is not None:
             job.telemetry.shutdown()
+            keep_tensorboard(job)
         if job.tracing is not None:
             job.tracing.shutdown()
 
@@ -116,17 +122,23 @@ def run_engine(job: JobContext, engine: Engine) -> int:
         outcome = engine.run(job)
         if outcome.stopped:
             job.reporter.stopped(StoppedReport(step=outcome.step))
+            _track_end(job, "KILLED")
         else:
             job.reporter.finished(_finish(job, outcome))
+            # After the report: the run is complete whether or not MLflow takes the adapter.
+            _track_adapter(job, outcome)
+            _track_end(job, "FINISHED")
         return 0
     except StaleAttempt:
         log.warning("the service moved on from this attempt; stopping")
+        _track_end(job, "KILLED")
         return 0
     except Exception as exc:
         # The job's span (when one is open) records the failure, as it would an escaping error.
         span = trace.get_current_span()
         span.record_exception(exc)
         span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        _track_end(job, "FAILED")
         return _report_failure(job, exc)
 
 
@@ -141,10 +153,12 @@ def _setup(job: JobContext) -> Engine:
     base.path = local_model(base.path, spec.storage_s3)
     job.telemetry = _open_telemetry(job, placement)
     job.tracing = Tracing(
-        JOB_SERVICE,
-        job_resource_from_spec(spec, pod=placement.pod, node=placement.node),
-        spec.telemetry.collector_endpoint,
+        JOB_SERVICE, _resource(spec, placement), spec.telemetry.collector_endpoint
     )
+    if spec.telemetry.mlflow_uri:
+        job.tracking = MlflowTracking.open(spec.telemetry.mlflow_uri, spec)
+        if job.tracking is not None:
+            job.telemetry.add_sink(job.tracking)
     job.watchdog = StallWatchdog(
         spec.telemetry.stall_seconds,
         job.artifacts,
@@ -160,6 +174,47 @@ def _setup(job: JobContext) -> Engine:
     return engine
 
 
+def keep_tensorboard(job: JobContext) -> None:
+    """Upload the attempt's TensorBoard files beside its other files in the store (the job's
+    directory is temporary, and on a Ray worker it is on another machine), and to the run's
+    MLflow run."""
+    assert job.telemetry is not None
+    directory = job.telemetry.tensorboard_dir
+    if not directory.is_dir():
+        return
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        key = job.attempt_key(f"tensorboard/{path.relative_to(directory).as_posix()}")
+        try:
+            job.store.put_file(key, path)
+        except OSError:
+            log.exception("the TensorBoard file %s could not be kept", path)
+    if job.tracking is not None:
+        job.tracking.tensorboard(directory)
+
+
+def _track_adapter(job: JobContext, outcome: Outcome) -> None:
+    if job.tracking is None:
+        return
+    try:
+        directory = outcome.adapter_dir
+        if directory is None and outcome.adapter_key is not None:
+            directory = download_adapter(
+                job.store, outcome.adapter_key, job.workdir / "tracked-adapter"
+            )
+        if directory is not None:
+            facts = card_facts(job.spec, outcome.step, outcome.adapter_modules, outcome.summary)
+            job.tracking.adapter(directory, facts)
+    except Exception:  # the run is complete; its tracking must not undo that
+        log.exception("MLflow: the adapter could not be recorded")
+
+
+def _track_end(job: JobContext, status: str) -> None:
+    if job.tracking is not None:
+        if job.telemetry is not None:
+            job.telemetry.flush()  # the last steps' figures first
+        job.tracking.end(status)
+
+
 def _report_failure(job: JobContext, exc: Exception) -> int:
     reason, detail = classify_failure(exc, job.spec.settings)
     log.exception("training failed (%s)", reason.value)
@@ -170,13 +225,21 @@ def _report_failure(job: JobContext, exc: Exception) -> int:
 def _open_telemetry(job: JobContext, placement: Placement) -> JobTelemetry:
     spec = job.spec
     telemetry = JobTelemetry(
-        job_resource_from_spec(spec, pod=placement.pod, node=placement.node),
-        spec.telemetry.collector_endpoint,
-        job.artifacts,
+        _resource(spec, placement), spec.telemetry.collector_endpoint, job.artifacts
     )
     telemetry.placement(placement.pod, placement.node, placement.gpus)
     telemetry.watch_gpus(placement.gpus)
+    reward = spec.settings.config.reward
+    if reward is not None and reward.terms:
+        telemetry.reward_terms({term.name: term.kind for term in reward.terms})
+    job.reporter.on_directive(telemetry.directive)
     return telemetry
+
+
+def _resource(spec: JobSpec, placement: Placement) -> dict[str, str | int]:
+    return job_resource_from_spec(
+        spec, pod=placement.pod, node=placement.node, namespace=namespace_name()
+    )
 
 
 def _finish(job: JobContext, outcome: Outcome) -> FinishedReport:

@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -66,12 +67,17 @@ class HttpReporter:
         self.stale = False
         self.step: int | None = None
         self.stall_dump: str | None = None
+        self._listeners: list[Callable[[Action], None]] = []
         self._closed = threading.Event()
         self._sender = threading.Thread(target=self._send_loop, name="akka-reporter", daemon=True)
         self._sender.start()
         self._heartbeat_seconds = heartbeat_seconds
         self._beater = threading.Thread(target=self._beat_loop, name="akka-heartbeat", daemon=True)
         self._beater.start()
+
+    def on_directive(self, listener: Callable[[Action], None]) -> None:
+        """Call `listener` with each new directive (from the reporting thread)."""
+        self._listeners.append(listener)
 
     # --- reports, in the order a job sends them ---------------------------------------------
 
@@ -206,8 +212,18 @@ class HttpReporter:
             return
         with self._lock:
             # A stop outranks a save-and-stop, which outranks continue.
+            changed = _RANK[action] > _RANK[self.action]
             if _RANK[action] >= _RANK[self.action]:
                 self.action = action
+        if changed:
+            self._announce(action)
+
+    def _announce(self, action: Action) -> None:
+        for listener in self._listeners:
+            try:
+                listener(action)
+            except Exception:  # a listener (telemetry) must not stop the reports
+                log.exception("a directive listener failed")
 
 
 _RANK: dict[str, int] = {"continue": 0, "save-and-stop": 1, "stop": 2}

@@ -3,7 +3,9 @@ writes every thread's stack and a memory summary to ``artifacts/stall-<utc>.txt`
 beside the attempt (``runs/{run}/attempts/{n}/stall-<utc>.txt``) and sets the reporter's
 `stall_dump` to its key, which the next heartbeat carries to the service.
 
-One dump per stall: the watchdog re-arms when a step completes again.
+The stall clock starts when training starts (`arm`, at the first step's beginning), not
+when the job starts: loading the model and tokenising the data are no stall. One dump per
+stall: a step completing ends the stall, and the next stall gets its own dump.
 """
 
 from __future__ import annotations
@@ -54,19 +56,26 @@ class StallWatchdog:
         self._on_stall = on_stall
         self._clock = clock
         self._last_progress = clock()
+        self._armed = False
         self._dumped = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.dumps: list[Path] = []
 
     def start(self) -> None:
-        """Start watching; the stall clock starts now."""
-        self.progress()
+        """Start the watching thread; stalls count only once `arm` (or a step) started the
+        clock."""
         self._thread = threading.Thread(target=self._watch, name="akka-watchdog", daemon=True)
         self._thread.start()
 
+    def arm(self) -> None:
+        """Training starts: the stall clock starts now, with the first step."""
+        self._armed = True
+        self._last_progress = self._clock()
+
     def progress(self) -> None:
         """An optimizer step completed."""
+        self._armed = True
         self._last_progress = self._clock()
         if self._dumped and self._on_stall is not None:
             self._on_stall(False)
@@ -79,7 +88,9 @@ class StallWatchdog:
 
     def check(self) -> Path | None:
         """Dump when the job has stalled and no dump was written for this stall yet."""
-        if self._dumped or self._clock() - self._last_progress < self.stall_seconds:
+        if not self._armed or self._dumped:
+            return None
+        if self._clock() - self._last_progress < self.stall_seconds:
             return None
         self._dumped = True
         return self.dump()

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.trace import Span
 from sqlalchemy import func, select
 
 from akka_training.core.states import ClaimState
@@ -17,6 +18,7 @@ from akka_training.storage import transitions
 from akka_training.storage.models import Claim, Project, Run
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry.grafana import GrafanaLinks
+from akka_training.telemetry.otel import SERVICE
 from akka_training.telemetry.service_metrics import (
     CapacitySnapshot,
     PoolCapacity,
@@ -29,9 +31,11 @@ from akka_training.telemetry.tracing import Tracing
 class Observability:
     def __init__(self, ctx: AppContext) -> None:
         self.ctx = ctx
-        endpoint = ctx.settings.trainer.telemetry.collector_endpoint
-        self.metrics = ServiceTelemetry(endpoint, self.snapshot)
-        self.tracing = Tracing("akka-trainer", {}, endpoint)
+        telemetry = ctx.settings.trainer.telemetry
+        endpoint = telemetry.collector_endpoint
+        self.metrics = ServiceTelemetry(endpoint, self.snapshot, export=telemetry.service_export)
+        # The same service.name as the service's metrics.
+        self.tracing = Tracing(SERVICE, {}, endpoint)
         grafana = ctx.settings.trainer.grafana
         self.grafana = GrafanaLinks(
             grafana.url or "http://localhost:3000",
@@ -39,6 +43,8 @@ class Observability:
             Path(grafana.signing_key).read_text() if grafana.signing_key else None,
             ctx.settings.home,
             grafana.link_lifetime_seconds,
+            issuer=grafana.issuer,
+            audience=grafana.audience,
         )
         transitions.FAILURE_LISTENERS.append(self.metrics.run_failed)
 
@@ -86,3 +92,10 @@ class Observability:
         attributes = {c.RUN_ID: run.id, c.PROJECT: run.project, **attrs}
         with self.tracing.span(c.PREFIX + name, attributes, parent=run.traceparent):
             yield self.tracing.traceparent()
+
+    @contextmanager
+    def operation(self, name: str, **attrs: Any) -> Iterator[Span]:
+        """A span of the service's own work that belongs to no run (a dataset registration);
+        yields the span, to add attributes known only at the end."""
+        with self.tracing.span(c.PREFIX + name, attrs) as current:
+            yield current

@@ -5,12 +5,22 @@ generator and the generated reference (``docs/observability.md``) all read it, s
 not here cannot be published (`metric()` raises `KeyError`).
 
 Rules the entries follow:
-- Every name starts with ``akka.optimize.training.``.
-- Units are UCUM (``s``, ``By``, ``W``, ``Cel``, ``MHz``, ``%``, ``1`` for a ratio or a plain
-  number, ``{token}`` for a count of tokens).
+- Every metric and span name starts with ``akka.optimize.training.``, and so does every
+  attribute of ours. Attributes the OpenTelemetry semantic conventions already name
+  (``k8s.pod.name``, ``gen_ai.token.type``, ...) keep the convention's name
+  (`ECOSYSTEM_ATTRIBUTES`), so dashboards and collectors built for the ecosystem read them.
+- Units are UCUM (``s``, ``By``, ``W``, ``Cel``, ``Hz``, ``1`` for a ratio or a plain number,
+  ``{token}`` for a count of tokens). A ratio is a fraction from 0 to 1, never a percentage; a
+  point in time is a gauge named ``.timestamp`` in seconds since the Unix epoch (Prometheus
+  ``_timestamp_seconds``).
 - Service metrics carry the project on their data points and never the run. Job metrics carry
-  the run, the attempt and the project (and pipeline, stage, pod, node) as resource attributes,
-  listed in `JOB_RESOURCE_ATTRIBUTES`; their data point attributes are listed per metric.
+  the run, the attempt and the project (and pipeline, stage, pod, node, namespace) as resource
+  attributes, listed in `JOB_RESOURCE_ATTRIBUTES`; their data point attributes are listed per
+  metric.
+- A counter is published at 0 for each attribute set known in advance (a job's reward terms
+  and causes, a GPU's XID codes of note, the service's projects and failure reasons), so that
+  Prometheus's ``increase()`` sees its first increment: a series that appears with its first
+  value has no earlier sample to increase from.
 - A histogram always has explicit bucket boundaries: the SDK's defaults are shaped for
   milliseconds.
 - A gauge has the unit ``1`` only when it is a ratio whose name ends in ``.ratio``. Python's
@@ -152,7 +162,11 @@ SNAPSHOT = _P + "snapshot"
 DATASET = _P + "dataset"
 REWARD_TERM = _P + "reward.term"
 REWARD_FAILURE_CAUSE = _P + "reward.failure.cause"
-TOKEN_TYPE = _P + "token.type"
+# OpenTelemetry semantic-convention names (see `ECOSYSTEM_ATTRIBUTES`).
+K8S_POD = "k8s.pod.name"
+K8S_NODE = "k8s.node.name"
+K8S_NAMESPACE = "k8s.namespace.name"
+TOKEN_TYPE = "gen_ai.token.type"
 MEMORY_PART = _P + "memory.part"
 CLIP_BOUND = _P + "policy.clip.bound"
 GPU_UUID = _P + "gpu.uuid"
@@ -174,6 +188,11 @@ MEMORY_PARTS = (
     "generation",
 )
 REWARD_FAILURE_CAUSES = ("timeout", "connect", "no-verdict", "http-status", "error")
+TOKEN_TYPES = ("input", "output")
+# XID codes a GPU's counter is published at 0 for (NVIDIA's list of XIDs that need attention:
+# application faults, ECC and row remapping, NVLink, the GPU falling off the bus); any other
+# code is counted as it arrives.
+XIDS_OF_NOTE = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 119, 120)
 # Names of NVML's clock-event (throttle) reasons; `telemetry.gpu` maps each to NVML's bit.
 THROTTLE_REASONS = (
     "gpu-idle",
@@ -198,6 +217,14 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(PIPELINE_STAGE, "string", "The pipeline stage the run trains."),
     AttributeSpec(POD, "string", "The Kubernetes pod of the job's process (POD_NAME/HOSTNAME)."),
     AttributeSpec(NODE, "string", "The Kubernetes node of the job's process (NODE_NAME)."),
+    AttributeSpec(K8S_POD, "string", "OpenTelemetry's name for the job's pod (as `pod`)."),
+    AttributeSpec(K8S_NODE, "string", "OpenTelemetry's name for the job's node (as `node`)."),
+    AttributeSpec(
+        K8S_NAMESPACE,
+        "string",
+        "The Kubernetes namespace of the job's pod (POD_NAMESPACE, else the service account's "
+        "namespace file).",
+    ),
     AttributeSpec(POOL_NAME, "string", "A device pool of the deployment."),
     AttributeSpec(POOL_ACCELERATOR, "string", "The accelerator a pool holds, as declared."),
     AttributeSpec(
@@ -231,7 +258,11 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
         REWARD_FAILURE_CAUSES,
     ),
     AttributeSpec(
-        TOKEN_TYPE, "string", "Which side of a judge call tokens count.", ("prompt", "completion")
+        TOKEN_TYPE,
+        "string",
+        "Which side of a judge call tokens count: input (the prompt) or output (the reply), "
+        "as OpenTelemetry's GenAI conventions name them.",
+        TOKEN_TYPES,
     ),
     AttributeSpec(MEMORY_PART, "string", "A part of a step's device-memory peak.", MEMORY_PARTS),
     AttributeSpec(CLIP_BOUND, "string", "A policy-ratio clipping bound.", ("low", "high")),
@@ -260,7 +291,12 @@ JOB_RESOURCE_ATTRIBUTES: tuple[str, ...] = (
     PIPELINE_STAGE,
     POD,
     NODE,
+    K8S_POD,
+    K8S_NODE,
+    K8S_NAMESPACE,
 )
+# Names outside the prefix: the OpenTelemetry semantic conventions' own.
+ECOSYSTEM_ATTRIBUTES: tuple[str, ...] = (K8S_POD, K8S_NODE, K8S_NAMESPACE, TOKEN_TYPE)
 # The ones a job cannot publish without.
 JOB_REQUIRED_RESOURCE_ATTRIBUTES: tuple[str, ...] = (RUN_ID, RUN_ATTEMPT, PROJECT)
 
@@ -276,15 +312,16 @@ TERM_TIMING_BOUNDARIES = (
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 )  # fmt: skip
 # Rewards and term shares mostly lie in [0, 1] (0 and 1 exactly are common: a bucket ends at
-# each); weights can push them above. Every reward at or below 0 (a length penalty) falls in the
-# first bucket: Prometheus's Python client drops a histogram's _sum and _count when a bucket
-# bound is negative, so no histogram here has one.
+# each); weights push them above, and a penalty term (a negative weight, a length penalty)
+# below 0, down to a few times its weight.
 REWARD_BOUNDARIES = (
-    0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0,
+    -5.0, -3.0, -2.0, -1.5, -1.0, -0.75, -0.5, -0.25, -0.1, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6,
+    0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0,
 )  # fmt: skip
+# A completion can end after a token or two (an early end-of-sequence, a bare label).
 COMPLETION_LENGTH_BOUNDARIES = (
-    16.0, 32.0, 64.0, 128.0, 256.0, 384.0, 512.0, 768.0, 1024.0, 1536.0, 2048.0, 3072.0, 4096.0,
-    6144.0, 8192.0, 12288.0, 16384.0, 32768.0,
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 384.0, 512.0, 768.0, 1024.0, 1536.0,
+    2048.0, 3072.0, 4096.0, 6144.0, 8192.0, 12288.0, 16384.0, 32768.0,
 )  # fmt: skip
 
 # --- metrics --------------------------------------------------------------------------------------
@@ -521,7 +558,7 @@ _REWARD_METRICS = (
         _C,
         "{token}",
         _JOB,
-        "Tokens a judge term's model used, prompt and completion.",
+        "Tokens a judge term's model used, input (prompt) and output (reply).",
         (REWARD_TERM, TOKEN_TYPE),
     ),
     _m(
@@ -564,10 +601,17 @@ _GPU_METRICS = (
     ),
     _m("gpu.power", _G, "W", _JOB, "Power draw.", _GPU),
     _m("gpu.temperature", _G, "Cel", _JOB, "GPU core temperature.", _GPU),
-    _m("gpu.utilization", _G, "%", _JOB, "Share of time a kernel ran (NVML utilisation).", _GPU),
+    _m(
+        "gpu.utilization.ratio",
+        _G,
+        "1",
+        _JOB,
+        "Share of the sample period a kernel ran, 0 to 1 (NVML utilisation).",
+        _GPU,
+    ),
     _m("gpu.memory.used", _G, "By", _JOB, "Device memory in use (all processes).", _GPU),
-    _m("gpu.clock.sm", _G, "MHz", _JOB, "SM clock.", _GPU),
-    _m("gpu.clock.memory", _G, "MHz", _JOB, "Memory clock.", _GPU),
+    _m("gpu.clock.sm", _G, "Hz", _JOB, "SM clock frequency.", _GPU),
+    _m("gpu.clock.memory", _G, "Hz", _JOB, "Memory clock frequency.", _GPU),
     _m(
         "gpu.throttle",
         _G,
@@ -589,26 +633,28 @@ _GPU_METRICS = (
         _C,
         "{error}",
         _JOB,
-        "XID errors the driver reported for the GPU while the job ran, by XID code.",
+        "XID errors the driver reported for the GPU while the job ran, by XID code (published "
+        "at 0 for the XIDs of note from the job's start).",
         (*_GPU, GPU_XID),
     ),
 )
 
 _JOB_STATE_METRICS = (
     _m(
-        "job.heartbeat",
+        "job.heartbeat.timestamp",
         _G,
         "s",
         _JOB,
-        "Unix time of the job's latest export: it advances while the process lives, even when "
-        "steps stop.",
+        "Unix time (seconds) of the job's latest export: it advances while the process lives, "
+        "even when steps stop.",
     ),
     _m(
         "job.phase",
         _G,
         "{state}",
         _JOB,
-        "1 for the phase the job is in (PREPARING, TRAINING, PAUSING), 0 for the others.",
+        "1 for the phase the job is in (PREPARING, TRAINING, PAUSING once a pause asked it to "
+        "save and stop), 0 for the others; every phase is 0 in the job's last export.",
         (RUN_PHASE,),
     ),
     _m(
@@ -649,16 +695,39 @@ SPANS: tuple[SpanSpec, ...] = (
         (*_RUN, RUN_ATTEMPT),
     ),
     SpanSpec(
-        _P + "dataset.register", _SVC, "The service streams and registers a dataset.", (DATASET,)
+        _P + "dataset.register",
+        _SVC,
+        "The service streams and registers a dataset (its own trace: no run yet).",
+        (PROJECT, DATASET),
     ),
     SpanSpec(_P + "job", _JOB, "A job process, from start to exit.", (*_RUN, RUN_ATTEMPT)),
     SpanSpec(_P + "job.prepare", _JOB, "The job loads the model and tokenises the data."),
     SpanSpec(_P + "job.step", _JOB, "One training step.", (STEP,)),
-    SpanSpec(_P + "job.evaluation", _JOB, "One evaluation on the evaluation dataset.", (STEP,)),
+    SpanSpec(
+        _P + "job.evaluation",
+        _JOB,
+        "One evaluation on the evaluation dataset (supervised), a child of its step.",
+        (STEP,),
+    ),
     SpanSpec(_P + "job.snapshot.save", _JOB, "The job saves a snapshot.", (STEP, SNAPSHOT)),
-    SpanSpec(_P + "rl.generation", _JOB, "A reinforcement step generates rollouts.", (STEP,)),
-    SpanSpec(_P + "rl.reward", _JOB, "A reinforcement step scores its rollouts.", (STEP,)),
-    SpanSpec(_P + "rl.update", _JOB, "A reinforcement step updates the policy.", (STEP,)),
+    SpanSpec(
+        _P + "rl.generation",
+        _JOB,
+        "A reinforcement step generates rollouts (a child of its step).",
+        (STEP,),
+    ),
+    SpanSpec(
+        _P + "rl.reward",
+        _JOB,
+        "A reinforcement step scores its rollouts (a child of its step).",
+        (STEP,),
+    ),
+    SpanSpec(
+        _P + "rl.update",
+        _JOB,
+        "A reinforcement step updates the policy (a child of its step).",
+        (STEP,),
+    ),
 )
 
 # --- internals ------------------------------------------------------------------------------------

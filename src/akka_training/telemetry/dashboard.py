@@ -1,15 +1,25 @@
 """Builds the provisioned Grafana dashboard from the catalog's Prometheus names.
 
     python -m akka_training.telemetry.dashboard > deploy/grafana/dashboard.json
+    python -m akka_training.telemetry.dashboard --project maths > maths/dashboard.json
 
 The dashboard has the fixed uid ``akka-training`` (the links `GrafanaLinks` prints open it) and
 the variables ``project``, ``run`` and ``attempt``. Every metric is named through
 `catalog.prometheus_name`, so a renamed metric changes the dashboard with it; a test keeps the
 file in deploy/ equal to this output.
+
+With ``--project P`` the dashboard is locked to one project, for that project's Grafana
+organisation: ``project`` is a hidden constant (a link's ``var-project`` cannot change it) and
+the run list holds that project's runs only.
+
+The service's series are aggregated so that none shows twice: the capacity gauges are the same
+whichever replica or path reports them (``max by`` their own labels), and the failure counter
+is summed by project and reason.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from typing import Any
@@ -26,7 +36,8 @@ _ATTEMPT = c.prometheus_label(c.RUN_ATTEMPT)
 _SEL = f'{_PROJECT}="$project", {_RUN}="$run", {_ATTEMPT}=~"$attempt"'
 
 
-def build() -> dict[str, Any]:
+def build(project: str | None = None) -> dict[str, Any]:
+    """The dashboard; with `project`, locked to that project."""
     layout = _Layout()
     for title, panels in _sections():
         layout.row(title)
@@ -45,19 +56,22 @@ def build() -> dict[str, Any]:
         "refresh": "30s",
         "time": {"from": "now-6h", "to": "now"},
         "timezone": "browser",
-        "templating": {"list": _variables()},
+        "templating": {"list": _variables(project)},
         "annotations": {"list": []},
         "links": [],
         "panels": layout.panels,
     }
 
 
-def render() -> str:
-    return json.dumps(build(), indent=2) + "\n"
+def render(project: str | None = None) -> str:
+    return json.dumps(build(project), indent=2) + "\n"
 
 
-def main() -> None:
-    sys.stdout.write(render())
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m akka_training.telemetry.dashboard")
+    parser.add_argument("--project", help="lock the dashboard to this project")
+    args = parser.parse_args(argv)
+    sys.stdout.write(render(args.project))
 
 
 # --- panels ---------------------------------------------------------------------------------------
@@ -70,6 +84,12 @@ def _n(short: str) -> str:
 
 def _job(short: str, suffix: str = "") -> str:
     return f"{_n(short)}{suffix}{{{_SEL}}}"
+
+
+def _once(short: str, by: str, selector: str = "") -> str:
+    """A service gauge once per label set: every replica of the service (and either export
+    path) reports the same value from the same tables."""
+    return f"max by ({by}) ({_n(short)}{selector})"
 
 
 def _quantiles(
@@ -110,6 +130,8 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
     state = c.prometheus_label(c.CLAIM_STATE)
     run_phase = c.prometheus_label(c.RUN_PHASE)
     project_sel = f'{{{_PROJECT}="$project"}}'
+    pools = f"{pool}, {c.prometheus_label(c.POOL_ACCELERATOR)}"
+    failure = c.prometheus_label(c.FAILURE_REASON)
     return [
         (
             "Progress",
@@ -130,7 +152,10 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                 _ts(
                     "Job state",
                     [
-                        (f"time() - {_job('job.heartbeat')}", "seconds since heartbeat"),
+                        (
+                            f"time() - {_job('job.heartbeat.timestamp')}",
+                            "seconds since heartbeat",
+                        ),
                         (_job("job.stalled"), "stalled"),
                         (f"{_job('job.phase')} == 1", f"{{{{{run_phase}}}}}"),
                     ],
@@ -307,7 +332,11 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
         (
             "GPU health",
             [
-                _ts("Utilisation", [(_job("gpu.utilization"), f"{{{{{uuid}}}}}")], "percent"),
+                _ts(
+                    "Utilisation",
+                    [(_job("gpu.utilization.ratio"), f"{{{{{uuid}}}}}")],
+                    "percentunit",
+                ),
                 _ts("Power", [(_job("gpu.power"), f"{{{{{uuid}}}}}")], "watt"),
                 _ts("Temperature", [(_job("gpu.temperature"), f"{{{{{uuid}}}}}")], "celsius"),
                 _ts("Memory used", [(_job("gpu.memory.used"), f"{{{{{uuid}}}}}")], "bytes"),
@@ -317,7 +346,7 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                         (_job("gpu.clock.sm"), f"SM {{{{{uuid}}}}}"),
                         (_job("gpu.clock.memory"), f"memory {{{{{uuid}}}}}"),
                     ],
-                    "MHz",
+                    "hertz",
                 ),
                 _ts(
                     "Throttle reasons active",
@@ -346,29 +375,39 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                 _ts(
                     "Pool devices",
                     [
-                        (f"{_n('pool.devices.declared')}", f"declared {{{{{pool}}}}}"),
-                        (f"{_n('pool.devices.observed')}", f"observed {{{{{pool}}}}}"),
-                        (f"{_n('pool.devices.claimed')}", f"claimed {{{{{pool}}}}}"),
+                        (_once("pool.devices.declared", pools), f"declared {{{{{pool}}}}}"),
+                        (_once("pool.devices.observed", pools), f"observed {{{{{pool}}}}}"),
+                        (_once("pool.devices.claimed", pools), f"claimed {{{{{pool}}}}}"),
                     ],
                     "none",
                 ),
                 _ts(
                     "Claims by state",
-                    [(_n("pool.claims"), f"{{{{{pool}}}}} {{{{{state}}}}}")],
+                    [
+                        (
+                            _once("pool.claims", f"{pools}, {state}"),
+                            f"{{{{{pool}}}}} {{{{{state}}}}}",
+                        )
+                    ],
                     "none",
                     stacked=True,
                 ),
                 _ts(
                     "Project devices and quota",
                     [
-                        (f"{_n('project.devices.claimed')}{project_sel}", "claimed"),
-                        (f"{_n('project.devices.quota')}{project_sel}", "quota"),
+                        (_once("project.devices.claimed", _PROJECT, project_sel), "claimed"),
+                        (_once("project.devices.quota", _PROJECT, project_sel), "quota"),
                     ],
                     "none",
                 ),
                 _ts(
                     "Project runs by phase",
-                    [(f"{_n('runs')}{project_sel}", f"{{{{{run_phase}}}}}")],
+                    [
+                        (
+                            _once("runs", f"{_PROJECT}, {run_phase}", project_sel),
+                            f"{{{{{run_phase}}}}}",
+                        )
+                    ],
                     "none",
                     stacked=True,
                 ),
@@ -376,8 +415,9 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                     "Run failures",
                     [
                         (
-                            f"increase({_n('run.failures')}{project_sel}[$__rate_interval])",
-                            f"{{{{{c.prometheus_label(c.FAILURE_REASON)}}}}}",
+                            f"sum by ({failure}) "
+                            f"(increase({_n('run.failures')}{project_sel}[$__rate_interval]))",
+                            f"{{{{{failure}}}}}",
                         )
                     ],
                     "none",
@@ -416,8 +456,21 @@ def _heatmap(title: str, expr: str) -> dict[str, Any]:
     }
 
 
-def _variables() -> list[dict[str, Any]]:
-    heartbeat = _n("job.heartbeat")
+def _variables(project: str | None) -> list[dict[str, Any]]:
+    heartbeat = _n("job.heartbeat.timestamp")
+    if project is None:
+        project_var = _query_var("project", "Project", f"label_values({heartbeat}, {_PROJECT})")
+    else:
+        # Hidden and constant: the URL's var-project cannot move a locked dashboard elsewhere.
+        project_var = {
+            "name": "project",
+            "label": "Project",
+            "type": "constant",
+            "hide": 2,
+            "query": project,
+            "current": {"text": project, "value": project},
+            "options": [{"text": project, "value": project, "selected": True}],
+        }
     return [
         {
             "name": "datasource",
@@ -425,7 +478,7 @@ def _variables() -> list[dict[str, Any]]:
             "type": "datasource",
             "query": "prometheus",
         },
-        _query_var("project", "Project", f"label_values({heartbeat}, {_PROJECT})"),
+        project_var,
         _query_var(
             "run",
             "Run",

@@ -70,7 +70,9 @@ def _job_resource() -> str:
         "",
         "Every metric and span of a job carries these resource attributes (the first three "
         "always, the others where they apply), besides `service.name` = `akka-training-job`. "
-        "The service's own metrics carry `service.name` = `akka-training` and no run.",
+        "The service's own metrics and spans carry `service.name` = `akka-training` and no run. "
+        "The pod and node appear twice, under the documented names and under OpenTelemetry's "
+        "Kubernetes conventions (`k8s.pod.name`, `k8s.node.name`), with `k8s.namespace.name`.",
         "",
     ]
     required = set(c.JOB_REQUIRED_RESOURCE_ATTRIBUTES)
@@ -122,8 +124,10 @@ def _spans() -> str:
         "The service's spans and a job's spans share a trace: the service passes the context "
         "of `akka.optimize.training.job.launch` to the job as a W3C `traceparent` (in the job's "
         "spec and in the `TRACEPARENT` environment variable), and the job's root span "
-        "`akka.optimize.training.job` is its child. Spans are exported to "
-        "`trainer.telemetry.collector-endpoint` over OTLP/HTTP.",
+        "`akka.optimize.training.job` is its child. A step's span (`job.step`) holds its "
+        "phases: generation, reward and update for a reinforcement step (from the engine's own "
+        "timings on verl), the evaluation and the snapshot save for a step that had them. "
+        "Spans are exported to `trainer.telemetry.collector-endpoint` over OTLP/HTTP.",
         "",
         "| Span | Published by | Attributes | Description |",
         "|---|---|---|---|",
@@ -212,14 +216,33 @@ more). `deploy/grafana/alerts.yaml` provisions both rules in Grafana.
 
 Two other signals tell a stalled job from a dead one:
 
-- `akka_optimize_training_job_heartbeat_seconds` is the Unix time of the job's latest export.
-  It advances while the process lives, even when steps stop:
-  `time() - akka_optimize_training_job_heartbeat_seconds > 120` means the process stopped
+- `akka_optimize_training_job_heartbeat_timestamp_seconds` is the Unix time of the job's latest
+  export. It advances while the process lives, even when steps stop:
+  `time() - akka_optimize_training_job_heartbeat_timestamp_seconds > 120` means the process stopped
   exporting (it exited or is wedged as a whole). The service notices a job that died and fails
   or requeues its run with a reason.
 - `akka_optimize_training_job_stalled` is 1 once the job's own watchdog saw no step complete
   within its stall limit. A supervised or TRL job then also writes every thread's stack and a
-  device-memory summary beside its `metrics.jsonl`.
+  device-memory summary beside its `metrics.jsonl`, once per stall: a step completing ends the
+  stall, and the next one gets its own dump. The watchdog's clock starts with the first step,
+  so loading the model and tokenising the data never count as a stall.
+
+`akka.optimize.training.job.phase` follows the job: `PREPARING` while it loads, `TRAINING`
+from its first step, `PAUSING` once a pause (`runs pause --checkpoint save`) asked it to save
+and stop. In the job's last export, as it exits, every phase is 0, so a finished, paused or
+cancelled run's job never matches `job_phase{{...="TRAINING"}} == 1`, whatever the alert's
+window. (Through the collector, the series then stays at 0 until the exporter's
+`metric_expiration`, 5 minutes by default, and ends.)
+
+## Counters start at 0
+
+Prometheus's `increase()` and `rate()` need a sample before the first increment: a series that
+appears with the value 1 shows an increase of 0. Every counter is therefore published at 0 for
+each attribute set known in advance: a job's step counter when it starts training, each reward
+term's failures by every cause the term can fail with and a judge's input and output tokens
+when the job starts, each GPU's XID counter for the codes of note
+({", ".join(str(x) for x in c.XIDS_OF_NOTE)}; any other code appears with its first
+value), and the service's run failures for every reason of every project.
 """
 
 
@@ -235,9 +258,13 @@ The trainer and its training jobs publish OpenTelemetry metrics, spans and attri
 dashboards and alerts across runs. Every name starts with `akka.optimize.training.`.
 
 - The **service** publishes capacity gauges (pools, claims, project quotas, runs by phase) and
-  a run-failure counter. It serves them in Prometheus text at `GET /metrics`, and also exports
-  them over OTLP/HTTP when `trainer.telemetry.collector-endpoint` is set. Service metrics carry
-  the project, never the run.
+  a run-failure counter, by one path per deployment (`trainer.telemetry.service-metrics`):
+  `otlp`, the default when `trainer.telemetry.collector-endpoint` is set, exports them to the
+  collector and `GET /metrics` answers 404 naming the collector; `scrape`, the default without
+  a collector, serves them in Prometheus text at `GET /metrics` and exports none over OTLP.
+  Both at once would show every service series twice. The dashboard's capacity panels take
+  each gauge once per label set (`max by`), so several replicas of the service never double
+  them either. Service metrics carry the project, never the run.
 - Each **training job** exports its metrics and spans over OTLP/HTTP to
   `trainer.telemetry.collector-endpoint` (the base URL of a collector's OTLP/HTTP receiver,
   such as `http://otel-collector:4318`). Job metrics carry the run, the attempt and the project
@@ -248,7 +275,7 @@ dashboards and alerts across runs. Every name starts with `akka.optimize.trainin
 
 Prometheus names follow OpenTelemetry's Prometheus conversion: dots become underscores, the unit
 is appended (`s` -> `_seconds`, `By` -> `_bytes`, `W` -> `_watts`, `Cel` -> `_celsius`,
-`%` -> `_percent`, `{token}/s` -> `_per_second`; `1` and annotations such as `{step}` add
+`Hz` -> `_hertz`, `{token}/s` -> `_per_second`; `1` and annotations such as `{step}` add
 nothing), counters end in `_total`, and a histogram `X` shows as `X_bucket`, `X_sum` and
 `X_count`. Attributes become labels the same way (`akka.optimize.training.run.id` ->
 `akka_optimize_training_run_id`). The names below are the same whether a series comes from
@@ -384,7 +411,11 @@ _FILES = """\
   `{"step": 12, "kind": "rl", "time": 1767225600.123, "figures": {"reward/mean": 0.41, ...}}`
   (a figure that is not a finite number is written as `null`).
 - `tensorboard/`: the same figures as TensorBoard scalars named `<kind>/<figure>`
-  (`tensorboard --logdir` on the artifacts directory shows them).
+  (`tensorboard --logdir` on the artifacts directory shows them). When the job exits they are
+  kept with the run in the trainer's storage, at `runs/RUN/attempts/N/tensorboard/`.
+
+With `trainer.tracking.mlflow-uri` set, every step's figures also go to the run's MLflow run;
+see [Experiment tracking in MLflow](experiment-tracking.md).
 """
 
 

@@ -1,7 +1,7 @@
 """GPU health of a training job, sampled from NVML.
 
-`GpuHealth` samples each GPU the job uses on a daemon thread: power, temperature, utilisation,
-memory in use, SM and memory clocks, clock-event (throttle) reasons and ECC error counts; and it
+`GpuHealth` samples each GPU the job uses on a daemon thread: power, temperature, utilisation
+(a 0-1 ratio), memory in use, SM and memory clocks (in hertz), clock-event (throttle) reasons and ECC error counts; and it
 counts the XID errors the driver reports through NVML events. Every series carries the GPU's
 UUID and index, so a dashboard can set them beside DCGM's series for the same GPU.
 
@@ -36,7 +36,7 @@ GPU_HEALTH_METRICS: tuple[str, ...] = tuple(
     for short in (
         "gpu.power",
         "gpu.temperature",
-        "gpu.utilization",
+        "gpu.utilization.ratio",
         "gpu.memory.used",
         "gpu.clock.sm",
         "gpu.clock.memory",
@@ -177,6 +177,12 @@ class GpuHealth:
             return False
         self._nvml, self._gpus = nvml, gpus
         self._events = self._register_xid_events(nvml)
+        if self._events is not None:
+            # At 0 from the start, so the first XID of note shows as an increase.
+            xids = self._instruments[c.PREFIX + "gpu.xid.errors"]
+            for gpu in gpus:
+                for xid in c.XIDS_OF_NOTE:
+                    xids.add(0, {**gpu.attrs, c.GPU_XID: xid})
         self.sample()
         self._thread = threading.Thread(target=self._loop, name="akka-gpu-health", daemon=True)
         self._thread.start()
@@ -345,25 +351,28 @@ def _temperature(nvml: Any, handle: Any) -> float:
 
 
 def _utilization(nvml: Any, handle: Any) -> float:
-    return float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+    return float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu) / 100.0  # NVML answers percent
 
 
 def _memory_used(nvml: Any, handle: Any) -> float:
     return float(nvml.nvmlDeviceGetMemoryInfo(handle).used)
 
 
+_MHZ = 1e6
+
+
 def _sm_clock(nvml: Any, handle: Any) -> float:
-    return float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+    return float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)) * _MHZ  # NVML: MHz
 
 
 def _memory_clock(nvml: Any, handle: Any) -> float:
-    return float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM))
+    return float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM)) * _MHZ
 
 
 _GAUGE_READINGS: dict[str, Callable[[Any, Any], float]] = {
     "gpu.power": _power_watts,
     "gpu.temperature": _temperature,
-    "gpu.utilization": _utilization,
+    "gpu.utilization.ratio": _utilization,
     "gpu.memory.used": _memory_used,
     "gpu.clock.sm": _sm_clock,
     "gpu.clock.memory": _memory_clock,

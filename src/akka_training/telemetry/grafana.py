@@ -3,9 +3,12 @@
 A link opens the provisioned dashboard (uid ``akka-training``) with the run's project and id as
 its variables and the run's time range, and carries a JWT in ``auth_token``. Grafana, set up as
 docs/grafana.md describes (``[auth.jwt]`` with ``url_login = true`` and ``jwk_set_url`` pointing
-at the service's JWKS endpoint), checks the signature against `jwks()`, signs the holder in as
-the project's viewer (``sub`` = ``akka-training:<project>``, role claim ``Viewer``) and refuses
-the token after ``exp``. Anyone holding the link can view the project's Grafana until then.
+at the service's JWKS endpoint), checks the signature against `jwks()` and the ``aud`` and
+``iss`` claims against its ``expect_claims``, signs the holder in as the project's viewer
+(``sub`` = ``akka-training:<project>``, role claim ``Viewer``) in the project's own Grafana
+organisation (``orgs`` = ``[<project>]``: Grafana reads ``org_attribute_path`` as a list, so
+the claim is an array) and refuses the token after ``exp``. Anyone holding the link can view
+the project's Grafana until then, and no other project's.
 
 The signing key is the deployment's ``trainer.grafana.signing-key`` when set; otherwise one RSA
 key is generated on first use and kept in `key_dir` (mode 600), so links survive a restart and
@@ -32,7 +35,11 @@ from jwt.algorithms import RSAAlgorithm
 KEY_FILE = "grafana-link-key.pem"
 DASHBOARD_SLUG = "akka-training"
 ROLE_CLAIM = "role"
+# The array claim Grafana maps to organisations (org_attribute_path = orgs).
+ORGS_CLAIM = "orgs"
 SUBJECT_PREFIX = "akka-training:"
+ISSUER = "akka-training"
+AUDIENCE = "grafana"
 
 
 class GrafanaLinks:
@@ -45,6 +52,8 @@ class GrafanaLinks:
         lifetime_seconds: int,
         *,
         role: str = "Viewer",
+        issuer: str = ISSUER,
+        audience: str = AUDIENCE,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         """`signing_key_pem`: an RSA private key (PKCS#1 or PKCS#8 PEM), or None to use (and
@@ -56,6 +65,8 @@ class GrafanaLinks:
         self.dashboard_uid = dashboard_uid
         self.lifetime = timedelta(seconds=lifetime_seconds)
         self.role = role
+        self.issuer = issuer
+        self.audience = audience
         self._clock = clock or (lambda: datetime.now(UTC))
         self._key = _load_or_create_key(signing_key_pem, key_dir)
         self._public_jwk: dict[str, Any] = RSAAlgorithm.to_jwk(self._key.public_key(), as_dict=True)
@@ -71,7 +82,10 @@ class GrafanaLinks:
         claims = {
             "sub": SUBJECT_PREFIX + project,
             "project": project,
+            ORGS_CLAIM: [project],
             ROLE_CLAIM: self.role,
+            "iss": self.issuer,
+            "aud": self.audience,
             "iat": int(issued.timestamp()),
             "exp": int(expires_at.timestamp()),
         }

@@ -12,6 +12,7 @@ What an engine calls::
     telemetry.placement(p.pod, p.node, p.gpus)
     telemetry.watch_gpus(p.gpus)                  # GPU health; logs once and does nothing without NVML
     telemetry.data_fit(rows_truncated=18, answers_truncated=3, rows_dropped=0)
+    telemetry.reward_terms({"correct": "match", "judge": "judge"})  # failure counters at 0
     telemetry.training("rl")                      # phase TRAINING; the step counter starts at 0
     telemetry.step("rl", 1, {"reward/mean": 0.4, "timing/generation": 2.1, ...})
     telemetry.reward_stats(timings={"judge": [0.8, 1.2]}, failures={("judge", "timeout"): 1},
@@ -26,7 +27,11 @@ documents in its table (the generated reference repeats it): for example ``loss`
 ``memory.peak{memory.part=<part>}``. A figure outside the table is written to the files only.
 
 Step gauges keep their last value between steps (and after the last one); the step counter is
-what an alert watches.
+what an alert watches. Counters start at 0 for every attribute set known in advance (the step
+counter at `training`, the reward terms' failures and judge tokens at `reward_terms`), so
+Prometheus's ``increase()`` sees their first increment. ``job.phase`` follows the job
+(PREPARING, TRAINING, PAUSING) and is 0 for every phase in the last export at `shutdown`, so
+a finished job is not taken for a stalled one.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.sdk.metrics._internal.measurement import Measurement
 from opentelemetry.sdk.metrics.export import MetricReader
 
 from akka_training.core.phases import Phase
@@ -56,14 +63,18 @@ from akka_training.telemetry.otel import (
     make_resource,
     meter_provider,
 )
-from akka_training.telemetry.sinks import Sink, open_sinks
+from akka_training.telemetry.sinks import TENSORBOARD_DIR, BackgroundSinks, Sink, open_sinks
 
 log = logging.getLogger(__name__)
 
 # The phases a job itself can be in.
 JOB_PHASES = (Phase.PREPARING, Phase.TRAINING, Phase.PAUSING)
 # Instruments read by callbacks (made here) or owned by GpuHealth.
-_NOT_SYNCHRONOUS = {c.PREFIX + "job.heartbeat", *GPU_HEALTH_METRICS}
+_HEARTBEAT = c.PREFIX + "job.heartbeat.timestamp"
+_NOT_SYNCHRONOUS = {_HEARTBEAT, *GPU_HEALTH_METRICS}
+# Reward term kinds that call out (a judge model, an HTTP evaluator): every failure cause can
+# occur; other kinds fail only with an error in their own code.
+_REMOTE_TERMS = ("judge", "http")
 
 
 class JobTelemetry:
@@ -90,7 +101,7 @@ class JobTelemetry:
         self.meter: Meter = self._provider.get_meter(METER_NAME)
         specs = [m for m in c.metrics_of(c.Publisher.JOB) if m.name not in _NOT_SYNCHRONOUS]
         self._m: dict[str, Any] = create_instruments(self.meter, specs)
-        heartbeat = c.metric(c.PREFIX + "job.heartbeat")
+        heartbeat = c.metric(_HEARTBEAT)
         self.meter.create_observable_gauge(
             heartbeat.name,
             callbacks=[_heartbeat],
@@ -101,16 +112,43 @@ class JobTelemetry:
         self._lock = threading.Lock()
         self._gpu_health: GpuHealth | None = None
         self._closed = False
+        self.current_phase: Phase | None = None
         self.phase(Phase.PREPARING)
         self.stalled(False)
 
     # --- the job's state ----------------------------------------------------------------------
 
-    def phase(self, phase: Phase | str) -> None:
-        """Set ``job.phase``: 1 for `phase`, 0 for the job's other phases."""
-        current = Phase(phase)
+    def phase(self, phase: Phase | str | None) -> None:
+        """Set ``job.phase``: 1 for `phase`, 0 for the job's other phases (None: 0 for every
+        phase, as at exit)."""
+        current = Phase(phase) if phase is not None else None
+        if current is not None and current not in JOB_PHASES:
+            raise ValueError(f"a job is never in {current.value}; its phases are {JOB_PHASES}")
+        self.current_phase = current
         for p in JOB_PHASES:
             self._m[c.PREFIX + "job.phase"].set(1 if p is current else 0, {c.RUN_PHASE: p.value})
+
+    def directive(self, action: str) -> None:
+        """The service's latest directive: a save-and-stop (a pause) puts the job in
+        PAUSING until it exits."""
+        if action == "save-and-stop" and self.current_phase is not Phase.PAUSING:
+            self.phase(Phase.PAUSING)
+
+    def reward_terms(self, kinds: Mapping[str, str]) -> None:
+        """Publish the reward counters at 0 for the run's terms (name -> kind): failures by
+        every cause a term of that kind can fail with, and a judge's input and output
+        tokens."""
+        p = c.PREFIX
+        for term, kind in kinds.items():
+            causes = c.REWARD_FAILURE_CAUSES if kind in _REMOTE_TERMS else ("error",)
+            for cause in causes:
+                attrs = {c.REWARD_TERM: term, c.REWARD_FAILURE_CAUSE: cause}
+                self._m[p + "reward.term.failures"].add(0, attrs)
+            if kind == "judge":
+                for side in c.TOKEN_TYPES:
+                    self._m[p + "reward.judge.tokens"].add(
+                        0, {c.REWARD_TERM: term, c.TOKEN_TYPE: side}
+                    )
 
     def training(self, kind: Kind) -> None:
         """The job starts training: phase TRAINING, and the kind's step counter is published
@@ -121,6 +159,16 @@ class JobTelemetry:
     def stalled(self, is_stalled: bool) -> None:
         """Set by the job's watchdog when no step completed within its stall limit."""
         self._m[c.PREFIX + "job.stalled"].set(1 if is_stalled else 0)
+
+    def add_sink(self, sink: Sink) -> None:
+        """Another receiver of every step's figures (the run's MLflow run), written from a
+        thread of its own."""
+        with self._lock:
+            self._sinks.append(BackgroundSinks([sink]))
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.artifacts_dir / TENSORBOARD_DIR
 
     # --- per step ------------------------------------------------------------------------------
 
@@ -183,8 +231,8 @@ class JobTelemetry:
                 attrs = {c.REWARD_TERM: term, c.REWARD_FAILURE_CAUSE: cause}
                 self._m[p + "reward.term.failures"].add(count, attrs)
         for side, by_term in (
-            ("prompt", judge_prompt_tokens or {}),
-            ("completion", judge_completion_tokens or {}),
+            ("input", judge_prompt_tokens or {}),
+            ("output", judge_completion_tokens or {}),
         ):
             for term, count in by_term.items():
                 if count:
@@ -204,7 +252,7 @@ class JobTelemetry:
             attrs = dict(target.attributes)
             for value in values:
                 if math.isfinite(value):
-                    instrument.record(float(value), attrs)
+                    record_signed(instrument, float(value), attrs)
 
     # --- GPUs ------------------------------------------------------------------------------------
 
@@ -250,6 +298,9 @@ class JobTelemetry:
         self._closed = True
         if self._gpu_health is not None:
             self._gpu_health.close()
+        # The job exits: no phase holds any more (the provider's last export carries the 0s).
+        self.phase(None)
+        self.stalled(False)
         with self._lock:
             for sink in self._sinks:
                 sink.close()
@@ -259,6 +310,24 @@ class JobTelemetry:
         if kind not in ("sft", "rl"):
             raise ValueError(f"step kind {kind!r} is not sft or rl")
         return self._m[f"{c.PREFIX}{kind}.step.count"]
+
+
+def record_signed(histogram: Any, value: float, attributes: dict[str, Any]) -> None:
+    """Record `value` in `histogram`, below 0 too. A reward or term share is negative under a
+    penalty term, and the catalog's explicit buckets below 0 are there for it; OpenTelemetry's
+    Python SDK drops a negative value at ``Histogram.record`` (the data model and the bucket
+    aggregation take it), so a negative one goes to the SDK's measurement consumer, as
+    ``record`` hands a positive one."""
+    if value >= 0:
+        histogram.record(value, attributes)
+        return
+    consumer = getattr(histogram, "_measurement_consumer", None)
+    if consumer is None:  # another SDK: it has its own rule
+        histogram.record(value, attributes)
+        return
+    consumer.consume_measurement(
+        Measurement(value, time.time_ns(), histogram, otel_context.get_current(), attributes)
+    )
 
 
 def _heartbeat(_options: CallbackOptions) -> Iterable[Observation]:

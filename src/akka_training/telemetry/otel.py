@@ -49,8 +49,12 @@ def job_resource(
     stage: str | None = None,
     pod: str | None = None,
     node: str | None = None,
+    namespace: str | None = None,
 ) -> dict[str, ResourceValue]:
-    """The resource attributes of a job process (absent values are left out)."""
+    """The resource attributes of a job process (absent values are left out). The pod and
+    node appear twice: under the names the reference documents (``…pod``, ``…node``) and
+    under OpenTelemetry's Kubernetes conventions (``k8s.pod.name``, ``k8s.node.name``), with
+    ``k8s.namespace.name``."""
     values: dict[str, ResourceValue | None] = {
         c.RUN_ID: run_id,
         c.RUN_ATTEMPT: attempt,
@@ -61,12 +65,19 @@ def job_resource(
         c.PIPELINE_STAGE: stage,
         c.POD: pod,
         c.NODE: node,
+        c.K8S_POD: pod,
+        c.K8S_NODE: node,
+        c.K8S_NAMESPACE: namespace,
     }
     return {k: v for k, v in values.items() if v is not None}
 
 
 def job_resource_from_spec(
-    spec: JobSpec, *, pod: str | None = None, node: str | None = None
+    spec: JobSpec,
+    *,
+    pod: str | None = None,
+    node: str | None = None,
+    namespace: str | None = None,
 ) -> dict[str, ResourceValue]:
     """`job_resource` filled from the job's spec and its placement."""
     return job_resource(
@@ -79,6 +90,7 @@ def job_resource_from_spec(
         stage=spec.stage,
         pod=pod,
         node=node,
+        namespace=namespace,
     )
 
 

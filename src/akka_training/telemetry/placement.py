@@ -3,6 +3,9 @@
 - pod: ``POD_NAME`` when the deployment sets it; otherwise, inside Kubernetes (where
   ``KUBERNETES_SERVICE_HOST`` is set), ``HOSTNAME``, which Kubernetes sets to the pod's name in
   every container, KubeRay's Ray pods included.
+- namespace: ``POD_NAMESPACE`` when the deployment sets it (downward API
+  ``metadata.namespace``); otherwise, inside Kubernetes, the service account's namespace file
+  (`NAMESPACE_FILE`), which every pod that mounts its token has.
 - node: ``NODE_NAME``, which operators add to the Ray worker pods from the downward API
   (``fieldRef: spec.nodeName``; see docs/observability.md). Outside Kubernetes it is absent.
 - GPUs: the devices CUDA_VISIBLE_DEVICES leaves visible (indices or ``GPU-``/``MIG-`` UUIDs;
@@ -16,6 +19,7 @@ import logging
 import os
 import socket
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from akka_training.core.reports import Gpu, Placement
@@ -35,6 +39,24 @@ def detect_placement(*, nvml: Any | None = None, env: Mapping[str, str] | None =
         node=env.get("NODE_NAME") or None,
         gpus=visible_gpus(nvml=nvml, env=env),
     )
+
+
+NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def namespace_name(
+    env: Mapping[str, str] | None = None, namespace_file: Path = NAMESPACE_FILE
+) -> str | None:
+    """The Kubernetes namespace of this process's pod, or None outside Kubernetes."""
+    env = os.environ if env is None else env
+    if env.get("POD_NAMESPACE"):
+        return env["POD_NAMESPACE"]
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            return namespace_file.read_text().strip() or None
+        except OSError:
+            return None
+    return None
 
 
 def pod_name(env: Mapping[str, str]) -> str | None:

@@ -1,13 +1,20 @@
 """The service's metrics: capacity gauges read from a snapshot, and a failure counter.
 
 `ServiceTelemetry` reads a `CapacitySnapshot` from a callable the service provides each time
-metrics are collected (a Prometheus scrape of ``/metrics``, or an OTLP export when a collector
-endpoint is set), so the gauges always show the state the service's own tables hold. Service
-metrics carry the project, never the run.
+metrics are collected (a Prometheus scrape of ``/metrics``, or an OTLP export to the collector),
+so the gauges always show the state the service's own tables hold. Service metrics carry the
+project, never the run.
+
+They leave the service one way only (``export``): ``scrape`` serves them at ``/metrics`` and
+exports nothing over OTLP; ``otlp`` exports them to the collector and ``/metrics`` answers
+`ScrapeOff`. Both at once would give every series twice in Prometheus (once per path, with
+different ``job``/``instance`` labels). The run-failure counter is published at 0 for every
+failure reason of every project the snapshot lists, so the first failure shows in
+``increase()``.
 
 Usage in the service::
 
-    telemetry = ServiceTelemetry(settings.collector_endpoint, capacity_snapshot)
+    telemetry = ServiceTelemetry(settings.collector_endpoint, capacity_snapshot, export="scrape")
     @app.get("/metrics")
     def metrics() -> Response:
         return Response(telemetry.prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
@@ -24,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -44,6 +52,20 @@ from akka_training.telemetry.otel import (
 log = logging.getLogger(__name__)
 
 PROMETHEUS_CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+Export = Literal["otlp", "scrape"]
+
+
+class ScrapeOff(Exception):
+    """``/metrics`` is off: the service exports its metrics over OTLP."""
+
+    def __init__(self, endpoint: str | None) -> None:
+        super().__init__(
+            f"this deployment exports the service's metrics over OTLP to {endpoint} "
+            "(trainer.telemetry.service-metrics: otlp), so /metrics serves none: scrape the "
+            "collector's Prometheus exporter, or set trainer.telemetry.service-metrics to "
+            "scrape to serve them here instead"
+        )
 
 
 @dataclass(frozen=True)
@@ -86,9 +108,19 @@ class ServiceTelemetry:
         collector_endpoint: str | None,
         snapshot: Callable[[], CapacitySnapshot],
         *,
+        export: Export | None = None,
         export_interval_s: float = 15.0,
         snapshot_ttl_s: float = 1.0,
     ) -> None:
+        """`export`: ``otlp`` or ``scrape``; None: otlp when `collector_endpoint` is set."""
+        self.export: Export = export or ("otlp" if collector_endpoint else "scrape")
+        if self.export == "otlp" and not collector_endpoint:
+            raise ValueError(
+                "trainer.telemetry.service-metrics is otlp but no "
+                "trainer.telemetry.collector-endpoint is set"
+            )
+        self._endpoint = collector_endpoint
+        self._seeded: set[str] = set()
         self._snapshot = snapshot
         self._ttl = snapshot_ttl_s
         self._lock = threading.Lock()
@@ -98,8 +130,8 @@ class ServiceTelemetry:
         self._prometheus = PrometheusMetricReader(scope_info_enabled=False, registry=self._registry)
         self._provider = meter_provider(
             make_resource(SERVICE, {}),
-            collector_endpoint,
-            [self._prometheus],
+            collector_endpoint if self.export == "otlp" else None,
+            [self._prometheus] if self.export == "scrape" else [],
             export_interval_s=export_interval_s,
         )
         meter = self._provider.get_meter(METER_NAME)
@@ -113,11 +145,26 @@ class ServiceTelemetry:
 
     def run_failed(self, project: str, reason: FailureReason | str) -> None:
         """Count a run that failed (once per run, when it enters FAILED)."""
+        self.known_projects([project])
         self._failures.add(1, {c.PROJECT: project, c.FAILURE_REASON: FailureReason(reason).value})
+
+    def known_projects(self, projects: Iterable[str]) -> None:
+        """Publish the failure counter at 0 for every reason of each new project in
+        `projects`, so that Prometheus sees the project's first failure as an increase."""
+        for project in projects:
+            with self._lock:
+                if project in self._seeded:
+                    continue
+                self._seeded.add(project)
+            for reason in FailureReason:
+                self._failures.add(0, {c.PROJECT: project, c.FAILURE_REASON: reason.value})
 
     def prometheus_text(self) -> bytes:
         """The Prometheus text exposition of every service metric, for ``GET /metrics``
-        (served with `PROMETHEUS_CONTENT_TYPE`)."""
+        (served with `PROMETHEUS_CONTENT_TYPE`); `ScrapeOff` when they go over OTLP."""
+        if self.export != "scrape":
+            raise ScrapeOff(self._endpoint)
+        self._current()  # seeds the failure counters of projects created since the last read
         return generate_latest(self._registry)
 
     def flush(self, timeout_s: float = 10.0) -> bool:
@@ -168,7 +215,9 @@ class ServiceTelemetry:
                     log.info("capacity gauges: the capacity snapshot reads again")
                 self._snapshot_failing = False
             self._cached = (now, snapshot)
-            return snapshot
+        if snapshot is not None:
+            self.known_projects(p.name for p in snapshot.projects)
+        return snapshot
 
 
 def _pool_attrs(pool: PoolCapacity) -> dict[str, str]:

@@ -26,8 +26,9 @@ Without a collector endpoint spans are still created (so ``traceparent()`` works
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -45,6 +46,16 @@ TRACEPARENT_ENV = "TRACEPARENT"
 TRACER_NAME = "akka_training"
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+
+
+@dataclass(frozen=True)
+class RecordedSpan:
+    """A span that already happened, from `start_s` to `end_s` (``time.time()`` seconds)."""
+
+    name: str
+    start_s: float
+    end_s: float
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
 
 
 def job_traceparent(from_spec: str | None, env: Mapping[str, str] | None = None) -> str | None:
@@ -101,13 +112,27 @@ class Tracing:
         start_s: float,
         end_s: float,
         attributes: Mapping[str, AttributeValue] | None = None,
+        *,
+        children: Sequence[RecordedSpan] = (),
     ) -> None:
         """A span that already happened (from `start_s` to `end_s`, `time.time()` seconds), as
-        a child of the current span: a training step is known only once it ended."""
+        a child of the current span, with `children` under it: a training step is known only
+        once it ended, and its phases with it."""
         c.span(name)
+        for child in children:
+            c.span(child.name)
         span = self._tracer.start_span(
             name, attributes=dict(attributes or {}), start_time=int(start_s * 1e9)
         )
+        inside = trace.set_span_in_context(span)
+        for child in children:
+            part = self._tracer.start_span(
+                child.name,
+                context=inside,
+                attributes=dict(child.attributes),
+                start_time=int(child.start_s * 1e9),
+            )
+            part.end(end_time=int(child.end_s * 1e9))
         span.end(end_time=int(end_s * 1e9))
 
     def traceparent(self) -> str | None:

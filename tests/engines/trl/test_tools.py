@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from akka_training.core.plans import Tool
+from akka_training.engines.trl.rewards import StepRewards, tool_use
 from akka_training.engines.trl.tools import ToolCounters, ToolTimeout, load_tools
 from akka_training.rewards.rollouts import read_step_file
 from tests.engines.conftest import ReportServer
@@ -90,6 +91,48 @@ def test_tools_are_named_timed_and_counted(bundle_dir: Path) -> None:
     assert dict(counters.calls) == {"plus": 1, "nap": 2, "broken": 1}
     assert dict(counters.failures) == {"plus": 0, "nap": 1, "broken": 1}
     assert dict(counters.timeouts) == {"plus": 0, "nap": 1, "broken": 0}
+
+
+def test_the_failure_share_counts_the_calls_made_not_the_messages_left(bundle_dir: Path) -> None:
+    # TRL drops a tool result (its error too) that would push the completion past
+    # maxCompletionTokens: the completions then show the calls but not the failures. The share
+    # comes from the calls the tools served.
+    counters = ToolCounters()
+    plus, broken = load_tools(
+        [
+            Tool(name="plus", bundle="b", function="tools:add"),
+            Tool(name="broken", bundle="b", function="tools:broken"),
+        ],
+        lambda ref: bundle_dir,
+        counters,
+    )
+    rewards = StepRewards(
+        cast(Any, None),
+        cast(Any, None),
+        [],
+        [],
+        generations_per_prompt=4,
+        max_completion_tokens=16,
+        stop_ids=set(),
+        tool_counters=counters,
+    )
+    for _ in range(3):
+        plus(a=1, b=2)
+    for _ in range(5):
+        with pytest.raises(ValueError):
+            broken(x=0)
+    truncated = [{"role": "assistant", "tool_calls": [{"function": {"name": "broken"}}]}]
+    assert tool_use(truncated) == (1, 0)  # what the messages left would say
+    assert rewards._tool_figures(completions=8) == {
+        "tools/calls_per_completion": 1.0,
+        "tools/failure_share": 0.625,
+    }
+    plus(a=1, b=1)  # the next step counts its own calls only
+    assert rewards._tool_figures(completions=8) == {
+        "tools/calls_per_completion": 0.125,
+        "tools/failure_share": 0.0,
+    }
+    assert rewards._tool_figures(completions=8) == {}  # no call: no figure
 
 
 @pytest.mark.slow

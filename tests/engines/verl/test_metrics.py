@@ -57,8 +57,21 @@ def test_verl_names_become_our_figures() -> None:
     assert figures["kl"] == data["actor/kl_loss"]
     assert figures["clip_ratio/region_mean"] == data["actor/pg_clipfrac"]
     assert figures["learning_rate"] == data["actor/lr"]
-    assert figures["memory/reserved"] == data["perf/max_memory_reserved_gb"] * GIB
+    # verl 0.9.1's V1 trainer logs the worker's memory figures under actor/.
+    assert "perf/max_memory_reserved_gb" not in data
+    assert figures["memory/peak"] == data["actor/perf/max_memory_allocated_gb"] * GIB
+    assert figures["memory/reserved"] == data["actor/perf/max_memory_reserved_gb"] * GIB
     assert "timing/save" not in step_figures(fixture_lines()[0]["data"])
+
+
+def test_memory_figures_are_read_under_either_name() -> None:
+    # The legacy trainer (and verl before the V1 trainer) logs them unprefixed.
+    legacy = step_figures({"perf/max_memory_allocated_gb": 1.5, "perf/max_memory_reserved_gb": 2.0})
+    assert (legacy["memory/peak"], legacy["memory/reserved"]) == (1.5 * GIB, 2.0 * GIB)
+    both = step_figures(
+        {"actor/perf/max_memory_allocated_gb": 3.0, "perf/max_memory_allocated_gb": 1.0}
+    )
+    assert both["memory/peak"] == 3.0 * GIB  # the V1 trainer's name wins
 
 
 def test_reward_timing_and_validation_when_verl_logs_them() -> None:

@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from akka_training.testing.app import InProcessTrainer
-from tests.server.routers.helpers import answer, error, project_token, sft_plan
+from akka_training.testing.otlp_receiver import OtlpReceiver
+from tests.server.routers.helpers import answer, error, project_token, register, sft_plan
 
 NO_TOKEN = "This request needs a token: log in with `akka auth login`, or set AKKA_ACCESS_TOKEN."
 UNKNOWN_TOKEN = "The token is not known to this trainer or was revoked; log in again."
@@ -215,3 +216,68 @@ def test_a_job_token_reads_nothing(api: httpx.Client, trainer: InProcessTrainer)
 
     for path in ("/v1/runs", "/v1/projects", "/v1/datasets", "/v1/capacity"):
         assert answer(job.get(path)) == (403, refused), path
+
+
+# Two in-process trainers each (SQLite and Postgres) with an OTLP receiver: kept out of
+# the fast layer.
+@pytest.mark.slow
+def test_the_service_metrics_leave_by_one_path(
+    in_process_factory: Any, trainer: InProcessTrainer, api: httpx.Client
+) -> None:
+    # No collector: Prometheus scrapes /metrics (no token needed, as Prometheus has none).
+    scraped = trainer.client(anonymous=True).get("/metrics")
+    assert scraped.status_code == 200
+    assert "akka_optimize_training_pool_devices_declared" in scraped.text
+    assert api.get("/v1/info").json()["telemetry"] == (
+        "service metrics at /metrics; jobs write metrics.jsonl and TensorBoard"
+    )
+
+    # With a collector the service exports over OTLP, and /metrics says where they went.
+    with OtlpReceiver() as receiver:
+        exporting = in_process_factory(
+            {"trainer": {"telemetry": {"collector-endpoint": receiver.endpoint}}}
+        )
+        answered = exporting.client(anonymous=True).get("/metrics")
+        info = exporting.client().get("/v1/info").json()
+        exporting.close()
+    assert answer(answered) == (
+        404,
+        error(
+            "not-found",
+            f"this deployment exports the service's metrics over OTLP to {receiver.endpoint} "
+            "(trainer.telemetry.service-metrics: otlp), so /metrics serves none: scrape the "
+            "collector's Prometheus exporter, or set trainer.telemetry.service-metrics to "
+            "scrape to serve them here instead",
+        ),
+    )
+    assert info["telemetry"] == (
+        f"service metrics over OTLP to {receiver.endpoint}; jobs over OTLP to {receiver.endpoint}"
+    )
+
+
+# Two in-process trainers each (SQLite and Postgres) with an OTLP receiver: kept out of
+# the fast layer.
+@pytest.mark.slow
+def test_a_dataset_registration_is_a_span_with_the_service_s_name(in_process_factory: Any) -> None:
+    with OtlpReceiver() as receiver:
+        trainer = in_process_factory(
+            {
+                "trainer": {
+                    "projects": [{"name": "maths"}],
+                    "telemetry": {"collector-endpoint": receiver.endpoint},
+                }
+            }
+        )
+        rows = b'{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}\n'
+        registered = register(trainer.client(), "maths/train", rows)
+        trainer.close()
+        span = receiver.wait_for_span("akka.optimize.training.dataset.register")
+    assert span.attributes == {
+        "akka.optimize.training.project": "maths",
+        "akka.optimize.training.dataset": registered["ref"],
+    }
+    # Spans and metrics of the service carry one service.name.
+    assert span.resource["service.name"] == "akka-training"
+    assert receiver.wait_for_metric("akka.optimize.training.pool.devices.declared").resource[
+        "service.name"
+    ] == ("akka-training")

@@ -43,8 +43,9 @@ def ctx(database: Database, tmp_path: Path) -> Any:
     with database.session() as session:
         session.add(Project(name="maths"))
         session.add(Project(name="physics"))
+    # The application context's parts a registration reads (no telemetry: no span).
     return SimpleNamespace(
-        db=database, blobs=LocalBlobStore(tmp_path / "blobs"), settings=Settings()
+        db=database, blobs=LocalBlobStore(tmp_path / "blobs"), settings=Settings(), telemetry=None
     )
 
 

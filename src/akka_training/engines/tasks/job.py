@@ -21,6 +21,7 @@ from typing import Any
 
 from akka_training.blobstore import open_blob_store
 from akka_training.core.tasks import TOKEN_ENV, TaskSpec
+from akka_training.engines.logs import configure_logging
 from akka_training.engines.offline import stay_offline
 from akka_training.engines.tasks import TASKS
 from akka_training.engines.tasks.context import TaskContext, TaskError
@@ -37,9 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m akka_training.engines.tasks.job TASK_JSON", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging()
     token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
         print(f"{TOKEN_ENV} is not set: the task cannot report to the service", file=sys.stderr)

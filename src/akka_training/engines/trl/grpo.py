@@ -62,6 +62,8 @@ from akka_training.engines.trl.steps import StepReporting
 from akka_training.engines.trl.tools import ToolCounters, load_tools
 from akka_training.rewards.inputs import RewardSetupError
 from akka_training.rewards.scorer import RewardScorer
+from akka_training.telemetry import catalog as names
+from akka_training.telemetry.tracing import RecordedSpan
 
 # TRL's step logs reported as they are (the clip ratios under the names the telemetry catalog
 # routes: the share of completion tokens whose ratio was clipped at each bound).
@@ -75,6 +77,12 @@ LOGGED = (
     "clip_ratio/high_mean",
 )
 
+# TRL's tool figures of a step (calls per completion, failed calls per call), under our names.
+TRL_TOOL_FIGURES = {
+    "tools/call_frequency": "tools/calls_per_completion",
+    "tools/failure_frequency": "tools/failure_share",
+}
+
 
 class GrpoFigures(TrainerCallback):
     """GRPO's own figures of a step: TRL's loss, learning rate, gradient norm, KL, entropy and
@@ -82,10 +90,35 @@ class GrpoFigures(TrainerCallback):
     the generation and reward timings; and the reward figures of the step's rollouts.
     (`StepReporting` adds ``timing/update``, the rest of the step.)"""
 
-    def __init__(self, rewards: StepRewards, generation_seconds: dict[int, float]) -> None:
+    def __init__(
+        self,
+        rewards: StepRewards,
+        generation_seconds: dict[int, float],
+        generation_wall: dict[int, tuple[float, float]] | None = None,
+    ) -> None:
         self.rewards = rewards
         self.generation_seconds = generation_seconds
+        self.generation_wall = generation_wall if generation_wall is not None else {}
         self._tokens_seen = 0
+
+    def step_spans(self, step: int, end_s: float) -> list[RecordedSpan]:
+        """The step's phases as spans under its step span: generation and reward scoring as
+        they were timed, the update from the end of scoring (or generation) to the step's end
+        (TRL updates after it scored the step's one generation batch)."""
+        attrs = {names.STEP: step}
+        spans: list[RecordedSpan] = []
+        last = None
+        generation = self.generation_wall.pop(step, None)
+        if generation is not None:
+            spans.append(RecordedSpan(names.PREFIX + "rl.generation", *generation, attrs))
+            last = generation[1]
+        reward = self.rewards.wall.pop(step, None)
+        if reward is not None:
+            spans.append(RecordedSpan(names.PREFIX + "rl.reward", *reward, attrs))
+            last = reward[1]
+        if last is not None:
+            spans.append(RecordedSpan(names.PREFIX + "rl.update", last, max(last, end_s), attrs))
+        return spans
 
     def on_train_begin(self, args: Any, state: TrainerState, control: Any, **kwargs: Any) -> None:
         # A resumed run's count starts where its snapshot's did.
@@ -101,6 +134,11 @@ class GrpoFigures(TrainerCallback):
         out["timing/generation"] = self.generation_seconds.pop(step, 0.0)
         out["timing/reward"] = self.rewards.seconds.pop(step, 0.0)
         out |= self.rewards.figures.pop(step, {})
+        # TRL's own count of the step's tool calls, when it logged one, covers every call it
+        # made (a call to a tool the plan does not declare too).
+        for logged, figure in TRL_TOOL_FIGURES.items():
+            if logs.get(logged) is not None:
+                out[figure] = float(logs[logged])
         return out
 
 
@@ -173,6 +211,7 @@ def run(job: JobContext) -> Outcome:
         generations_per_prompt=rl.generations_per_prompt,
         max_completion_tokens=rl.max_completion_tokens,
         stop_ids=_stop_ids(processing, model),
+        tool_counters=counters if tools else None,
     )
     trainer = GRPOTrainer(
         model=trainable,
@@ -185,9 +224,12 @@ def run(job: JobContext) -> Outcome:
     )
     memory = StepMemory(device)
     generation_seconds: dict[int, float] = {}
+    generation_wall: dict[int, tuple[float, float]] = {}
     # Generation is timed by wrapping the trainer's own method (TRL has no hook around it).
-    trainer._generate = _timed_generation(trainer, memory, generation_seconds)  # type: ignore[method-assign]
-    figures = GrpoFigures(rewards, generation_seconds)
+    trainer._generate = _timed_generation(  # type: ignore[method-assign]
+        trainer, memory, generation_seconds, generation_wall
+    )
+    figures = GrpoFigures(rewards, generation_seconds, generation_wall)
     trained = trainer.model
     assert trained is not None  # the trainer holds the model it was given
     reporting = StepReporting(
@@ -198,6 +240,7 @@ def run(job: JobContext) -> Outcome:
         total_steps=total_steps,
         flop_parameters=flop_parameters(trained),
         peak_flops=peak_flops(device, precision(settings, device)),
+        spans=figures.step_spans,
     )
     if schedule > total_steps:
         trainer.add_callback(StopAt(total_steps))
@@ -236,9 +279,13 @@ def run(job: JobContext) -> Outcome:
 
 
 def _timed_generation(
-    trainer: GRPOTrainer, memory: StepMemory, seconds: dict[int, float]
+    trainer: GRPOTrainer,
+    memory: StepMemory,
+    seconds: dict[int, float],
+    wall: dict[int, tuple[float, float]],
 ) -> Callable[..., Any]:
-    """The trainer's generation, timed (per step) and bracketed for the memory figures."""
+    """The trainer's generation, timed (per step, and from its first start to its last end in
+    wall time for the step's span) and bracketed for the memory figures."""
     generate = trainer._generate
 
     @functools.wraps(generate)
@@ -246,10 +293,12 @@ def _timed_generation(
         step = trainer.state.global_step + 1
         memory.generation_begin()
         started = time.perf_counter()
+        wall_started = time.time()
         try:
             return generate(*args, **kwargs)
         finally:
             seconds[step] = seconds.get(step, 0.0) + time.perf_counter() - started
+            wall[step] = (wall.get(step, (wall_started, 0.0))[0], time.time())
             memory.generation_end()
 
     return timed

@@ -17,6 +17,7 @@ from akka_training.core.reports import RolloutsReport
 from akka_training.engines.context import JobContext
 from akka_training.engines.data import RlRow
 from akka_training.engines.failures import RewardError, out_of_memory
+from akka_training.engines.trl.tools import ToolCounters
 from akka_training.rewards.figures import histogram_values, step_figures
 from akka_training.rewards.inputs import RolloutInput, content_text
 from akka_training.rewards.rollouts import rollouts_from_scores, step_summary, write_step_file
@@ -41,6 +42,7 @@ class StepRewards:
         generations_per_prompt: int,
         max_completion_tokens: int,
         stop_ids: set[int],
+        tool_counters: ToolCounters | None = None,
     ) -> None:
         self.job = job
         self.scorer = scorer
@@ -49,9 +51,13 @@ class StepRewards:
         self.generations = generations_per_prompt
         self.max_completion_tokens = max_completion_tokens
         self.stop_ids = stop_ids
+        self.tool_counters = tool_counters
+        self._tools_seen = (0, 0)
         # Per step: the reward figures and the seconds scoring took.
         self.figures: dict[int, dict[str, float]] = {}
         self.seconds: dict[int, float] = {}
+        # Per step: when scoring began and ended (time.time()), for the step's reward span.
+        self.wall: dict[int, tuple[float, float]] = {}
 
     def __call__(
         self,
@@ -63,6 +69,7 @@ class StepRewards:
         **_columns: Any,
     ) -> list[float | None]:
         started = time.perf_counter()
+        wall_started = time.time()
         step = (trainer_state.global_step if trainer_state is not None else 0) + 1
         try:
             batch = [
@@ -79,6 +86,7 @@ class StepRewards:
                 raise  # reported as the memory that ran out, not as the reward's fault
             raise RewardError(f"the reward of step {step} could not be computed: {exc}") from exc
         self.figures[step] = step_figures(rollouts, self.generations, self.max_completion_tokens)
+        self.figures[step] |= self._tool_figures(len(batch))
         telemetry = self.job.telemetry
         if telemetry is not None:
             stats = scored.stats
@@ -90,6 +98,7 @@ class StepRewards:
             )
             telemetry.histograms(histogram_values(rollouts))
         self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - started
+        self.wall[step] = (self.wall.get(step, (wall_started, 0.0))[0], time.time())
         return list[float | None](scored.scores)
 
     def _rollout(
@@ -108,6 +117,24 @@ class StepRewards:
             tool_calls=calls,
             tool_failures=failures,
         )
+
+    def _tool_figures(self, completions: int) -> dict[str, float]:
+        """The step's tool figures from the calls the tools really served since the last
+        batch. The completions' messages under-count: TRL drops a tool result (and its error)
+        that would push a completion past maxCompletionTokens, but the call was made."""
+        if self.tool_counters is None:
+            return {}
+        calls = sum(self.tool_counters.calls.values())
+        failures = sum(self.tool_counters.failures.values())
+        seen_calls, seen_failures = self._tools_seen
+        self._tools_seen = (calls, failures)
+        new_calls, new_failures = calls - seen_calls, failures - seen_failures
+        if new_calls <= 0:
+            return {}
+        return {
+            "tools/calls_per_completion": new_calls / max(1, completions),
+            "tools/failure_share": new_failures / new_calls,
+        }
 
     def _keep(self, step: int, rollouts: list[Any]) -> None:
         """Write the step file, upload it, then report it."""

@@ -29,6 +29,7 @@ from akka_training.engines.memory import StepMemory
 from akka_training.engines.snapshots import upload_snapshot
 from akka_training.telemetry import catalog as names
 from akka_training.telemetry.figures import Kind
+from akka_training.telemetry.tracing import RecordedSpan
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,10 @@ class StepReporting(TrainerCallback):
         total_steps: int,
         flop_parameters: int,
         peak_flops: float | None,
+        spans: Callable[[int, float], list[RecordedSpan]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`spans(step, end_s)`: the engine's spans of a step's phases, under its step span."""
         self.job = job
         self.engine = engine
         self.memory = memory
@@ -65,6 +68,9 @@ class StepReporting(TrainerCallback):
         self.flop_parameters = flop_parameters
         self.peak_flops = peak_flops
         self.clock = clock
+        self.spans = spans
+        # Spans under the current step's span (its evaluation, its snapshot save).
+        self._children: list[RecordedSpan] = []
         self.save_every = job.spec.settings.execution.save_every
         self.stopped = False
         self.last: dict[str, float] = {}
@@ -83,8 +89,7 @@ class StepReporting(TrainerCallback):
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        if self.job.telemetry is not None:
-            self.job.telemetry.training(self.kind)
+        self.job.training_began(self.kind)
         if self.job.tracing is not None:
             self.job.tracing.record(names.PREFIX + "job.prepare", self.job.started_at, time.time())
         self._begin_step()
@@ -145,7 +150,17 @@ class StepReporting(TrainerCallback):
         if "eval_loss" in metrics:
             self._figures["eval_loss"] = float(metrics["eval_loss"])
         if "eval_runtime" in metrics:
-            self._figures["timing/evaluation"] = float(metrics["eval_runtime"])
+            runtime = float(metrics["eval_runtime"])
+            self._figures["timing/evaluation"] = runtime
+            ended = time.time()
+            self._children.append(
+                RecordedSpan(
+                    names.PREFIX + "job.evaluation",
+                    ended - runtime,
+                    ended,
+                    {names.STEP: state.global_step},
+                )
+            )
         self._hook_done = self.clock()
         self._done("evaluate", control)
 
@@ -161,11 +176,10 @@ class StepReporting(TrainerCallback):
         self._snapshot = report
         _remove_older(checkpoint)
         self._figures["timing/save"] = self.clock() - self._hook_done
-        if self.job.tracing is not None:
-            attributes: dict[str, str | int] = {names.STEP: step, names.SNAPSHOT: report.name}
-            self.job.tracing.record(
-                names.PREFIX + "job.snapshot.save", began, time.time(), attributes
-            )
+        attributes: dict[str, str | int] = {names.STEP: step, names.SNAPSHOT: report.name}
+        self._children.append(
+            RecordedSpan(names.PREFIX + "job.snapshot.save", began, time.time(), attributes)
+        )
         self._done("save", control)
 
     def on_train_end(
@@ -224,12 +238,17 @@ class StepReporting(TrainerCallback):
             self._snapshot = None
         if self.job.watchdog is not None:
             self.job.watchdog.progress()
+        ended = time.time()
+        children = self.spans(state.global_step, ended) if self.spans is not None else []
+        children += self._children
+        self._children = []
         if self.job.tracing is not None:
             self.job.tracing.record(
                 names.PREFIX + "job.step",
                 self._wall_ready,
-                time.time(),
+                ended,
                 {names.STEP: state.global_step},
+                children=children,
             )
         self._pending = set()
         if self._stop_after_save or self.job.reporter.action == "stop":

@@ -110,7 +110,9 @@ from akka_training.rewards.figures import step_figures as rollout_figures
 from akka_training.rewards.inputs import RewardSetupError
 from akka_training.rewards.rollouts import step_summary, write_step_file
 from akka_training.rewards.scorer import RewardScorer
+from akka_training.telemetry import catalog as names
 from akka_training.telemetry.job_metrics import JobTelemetry
+from akka_training.telemetry.tracing import RecordedSpan, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +153,7 @@ class VerlEngine:
                 job.reporter.training(
                     TrainingReport(total_steps=plan_sizes(spec).total_steps, data_fit=data_fit)
                 )
-                if job.telemetry is not None:
-                    job.telemetry.training("rl")
+                job.training_began("rl")
                 return _train(job, paths, python, overrides, env)
         except DirectoryBusy as exc:
             raise JobStartFailed(str(exc)) from exc
@@ -378,6 +379,8 @@ def _train(
                     for step in event.steps:
                         progress.pending[step.step] = (step, time.monotonic())
                         progress.step = max(progress.step, step.step)
+                        if job.tracing is not None:
+                            record_step_spans(job.tracing, step.step, step.figures, time.time())
                     if job.watchdog is not None:
                         job.watchdog.progress()
                     if telemetry is not None:
@@ -433,6 +436,31 @@ def _terminate_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def record_step_spans(tracing: Tracing, step: int, figures: dict[str, float], ended: float) -> None:
+    """A verl step's span, with its phases under it, from verl's timings: the step ends when
+    its metrics line arrives; generation (verl scores rollouts while it generates) opens it
+    and the policy update closes it."""
+    seconds = figures.get("timing/step")
+    if seconds is None:
+        return
+    began = ended - seconds
+    attrs = {names.STEP: step}
+    children: list[RecordedSpan] = []
+    generation = figures.get("timing/generation")
+    if generation is not None:
+        children.append(
+            RecordedSpan(names.PREFIX + "rl.generation", began, began + generation, attrs)
+        )
+        reward = figures.get("timing/reward")
+        if reward is not None:
+            start = began + generation
+            children.append(RecordedSpan(names.PREFIX + "rl.reward", start, start + reward, attrs))
+    update = figures.get("timing/update")
+    if update is not None:
+        children.append(RecordedSpan(names.PREFIX + "rl.update", ended - update, ended, attrs))
+    tracing.record(names.PREFIX + "job.step", began, ended, attrs, children=children)
 
 
 def _obey(action: str, process: VerlProcess, env: dict[str, str], progress: _Progress) -> None:

@@ -24,10 +24,13 @@ were completed since the last call; `step_figures` renames verl's names to ours:
 | kl                              | actor/kl_loss (klBeta above 0)                  |
 | clip_ratio/region_mean          | actor/pg_clipfrac                               |
 | learning_rate, grad_norm        | actor/lr, actor/grad_norm                       |
-| memory/peak, memory/reserved   | perf/max_memory_allocated_gb, ..._reserved_gb   |
+| memory/peak, memory/reserved    | actor/perf/max_memory_allocated_gb, ..._reserved_gb |
 | eval/reward/mean                | val-core/<source>/reward/mean@N                 |
 
-Memory figures are bytes (verl logs GiB). ``perf/throughput`` is per GPU (tokens / (time x GPUs)); ``tokens_per_second`` is the whole
+Memory figures are bytes (verl logs GiB). verl 0.9.1's V1 trainer prefixes every figure of the
+actor's update with ``actor/`` (``rename_dict(output["metrics"], "actor/")`` in
+``trainer_base.py``), its memory figures included; the legacy trainer logs them unprefixed:
+both names are read, the prefixed one first. ``perf/throughput`` is per GPU (tokens / (time x GPUs)); ``tokens_per_second`` is the whole
 job's, as under TRL. verl counts the tokens clipped by the policy ratio at either bound in one
 figure, so there is no low/high split. verl 0.9.1's V1 trainer scores rollouts inside the
 generation phase (its reward loop runs beside the rollout), so ``timing_s/reward`` is usually
@@ -69,10 +72,11 @@ RENAMED: dict[str, str] = {
     "actor/lr": "learning_rate",
     "actor/grad_norm": "grad_norm",
 }
-# verl reports these in GiB; our memory figures are bytes.
-MEMORY_GIB: dict[str, str] = {
-    "perf/max_memory_allocated_gb": "memory/peak",
-    "perf/max_memory_reserved_gb": "memory/reserved",
+# verl reports these in GiB; our memory figures are bytes. Each figure's verl names, in the
+# order they are looked up: the V1 trainer's (prefixed), then the legacy trainer's.
+MEMORY_GIB: dict[str, tuple[str, ...]] = {
+    "memory/peak": ("actor/perf/max_memory_allocated_gb", "perf/max_memory_allocated_gb"),
+    "memory/reserved": ("actor/perf/max_memory_reserved_gb", "perf/max_memory_reserved_gb"),
 }
 
 
@@ -95,10 +99,12 @@ def step_figures(data: dict[str, Any]) -> dict[str, float]:
         value = _number(data.get(source))
         if value is not None:
             figures[name] = value
-    for source, name in MEMORY_GIB.items():
-        value = _number(data.get(source))
-        if value is not None:
-            figures[name] = value * GIB
+    for name, sources in MEMORY_GIB.items():
+        for source in sources:
+            value = _number(data.get(source))
+            if value is not None:
+                figures[name] = value * GIB
+                break
     tokens = _number(data.get("perf/total_num_tokens"))
     seconds = _number(data.get("perf/time_per_step"))
     if tokens is not None and seconds:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from akka_training.api.grafana import GrafanaLink, KeySet
-from akka_training.core.errors import InvalidRequest
+from akka_training.core.errors import InvalidRequest, NotFound
 from akka_training.server.deps import Caller, Db, Telemetry
 from akka_training.server.openapi import errors
 from akka_training.server.services.lookups import run_for
-from akka_training.telemetry.service_metrics import PROMETHEUS_CONTENT_TYPE
+from akka_training.telemetry.service_metrics import PROMETHEUS_CONTENT_TYPE, ScrapeOff
 
 router = APIRouter()
 
@@ -22,11 +22,17 @@ router = APIRouter()
             "description": "The service's metrics in the Prometheus text format.",
             "content": {PROMETHEUS_CONTENT_TYPE: {"schema": {"type": "string"}}},
         },
-        **errors(),
+        **errors((404, "The deployment exports the service's metrics over OTLP instead.")),
     },
 )
 def metrics(telemetry: Telemetry) -> Response:
-    return Response(telemetry.metrics.prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
+    """The service's metrics, where the deployment has Prometheus scrape them (404 where it
+    exports them over OTLP instead: one path per deployment, so no series comes twice)."""
+    try:
+        text = telemetry.metrics.prometheus_text()
+    except ScrapeOff as exc:
+        raise NotFound(str(exc)) from None
+    return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
 
 @router.get("/v1/grafana/jwks", responses=errors())

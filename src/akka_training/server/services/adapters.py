@@ -3,7 +3,7 @@
     adapter_config.json          PEFT's config, naming the base model by its public name
     adapter_model.safetensors    the weights (final, or one snapshot's)
     tokenizer files              the tokenizer (or processor) and chat template the run trained with
-    README.md                    the model card (`model_cards`)
+    README.md                    the model card (`core.model_cards`)
     training_settings.json       the resolved settings (what --show-resolved prints)
 
 A merged model (`runs export --merged`) is made by a merge task on the cluster (never here)
@@ -31,6 +31,7 @@ from akka_training.core.catalog import CatalogModel
 from akka_training.core.downloads import download_directory
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound
 from akka_training.core.failures import FailureReason, failure_text
+from akka_training.core.model_cards import CardFacts, lineage_text, model_card, public_names
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.resolved import BaseModelPin
 from akka_training.core.states import TaskState
@@ -39,7 +40,6 @@ from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
 from akka_training.server.services import tasks
 from akka_training.server.services.lookups import run_for
-from akka_training.server.services.model_cards import CardFacts, model_card, public_names
 from akka_training.storage.models import Pipeline, Run, Snapshot, Step, Task
 
 Kind = Literal["adapter", "merged"]
@@ -392,20 +392,9 @@ def _figures(
 
 
 def _lineage(run: Run) -> str:
-    parts = []
-    if run.source_run:
-        at = f" at snapshot `{run.source_snapshot}`" if run.source_snapshot else ""
-        how = {
-            "warm-start": f"warm start from the final adapter of run `{run.source_run}`",
-            "branch": f"branch from the weights of run `{run.source_run}`{at}",
-            "continue": f"continues run `{run.source_run}` from its training state{at}",
-        }.get(run.source_kind or "", f"starts from run `{run.source_run}`{at}")
-        parts.append(how)
-    else:
-        parts.append("a fresh adapter (no source run)")
-    if run.pipeline_id:
-        parts.append(f"stage `{run.stage}` of pipeline `{run.pipeline_id}`")
-    return "; ".join(parts)
+    return lineage_text(
+        run.source_kind, run.source_run, run.source_snapshot, run.pipeline_id, run.stage
+    )
 
 
 def _stored(ctx: AppContext, prefix: str, skip: set[str]) -> list[Part]:

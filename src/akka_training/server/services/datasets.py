@@ -28,6 +28,7 @@ from akka_training.server.auth import Principal
 from akka_training.server.dataset_intake import Intake, receive_dataset
 from akka_training.server.services.projects import get_project_row
 from akka_training.storage.models import DatasetAlias, DatasetVersion
+from akka_training.telemetry import catalog as names
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,22 @@ async def register_dataset(
         )
     if alias is not None:
         check_alias(alias)
+    if ctx.telemetry is None:
+        return await _register(ctx, project, name, alias, body, declared_bytes)
+    with ctx.telemetry.operation("dataset.register", **{names.PROJECT: project}) as span:
+        result = await _register(ctx, project, name, alias, body, declared_bytes)
+        span.set_attribute(names.DATASET, result["ref"])
+        return result
+
+
+async def _register(
+    ctx: AppContext,
+    project: str,
+    name: str,
+    alias: str | None,
+    body: AsyncIterator[bytes],
+    declared_bytes: int | None,
+) -> dict[str, Any]:
     await run_in_threadpool(_require_project, ctx, project)
     try:
         intake = await receive_dataset(

@@ -9,8 +9,24 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from akka_training import __version__
+from akka_training.config.settings import Settings
 from akka_training.core.errors import ServiceUnavailable
 from akka_training.deployment.context import AppContext
+
+
+def _telemetry_row(settings: Settings) -> str:
+    telemetry = settings.trainer.telemetry
+    endpoint = telemetry.collector_endpoint
+    service = (
+        f"service metrics over OTLP to {endpoint}"
+        if telemetry.service_export == "otlp"
+        else "service metrics at /metrics"
+    )
+    jobs = (
+        f"jobs over OTLP to {endpoint}" if endpoint else "jobs write metrics.jsonl and TensorBoard"
+    )
+    tracking = settings.trainer.tracking.mlflow_uri
+    return f"{service}; {jobs}" + (f"; MLflow at {tracking}" if tracking else "")
 
 
 def info(ctx: AppContext) -> dict[str, Any]:
@@ -21,7 +37,6 @@ def info(ctx: AppContext) -> dict[str, Any]:
         database = f"sqlite ({db.removeprefix('sqlite:///')})"
     else:
         database = f"{ctx.db.dialect} ({ctx.db.engine.url.render_as_string(hide_password=True)})"
-    endpoint = settings.trainer.telemetry.collector_endpoint
     startup = f"ready in {ctx.startup_seconds:.1f} s"
     if ctx.startup_note:
         startup += f" ({ctx.startup_note})"
@@ -31,9 +46,7 @@ def info(ctx: AppContext) -> dict[str, Any]:
         "backend": ctx.backend.name,
         "database": database,
         "storage": ctx.blobs.url,
-        "telemetry": f"OTLP to {endpoint}; Prometheus at /metrics"
-        if endpoint
-        else "Prometheus at /metrics; jobs write metrics.jsonl and TensorBoard",
+        "telemetry": _telemetry_row(settings),
         "startup": startup,
         "imageTextReinforcement": ctx.image_text_rl,
         "datasetsMaxBytes": settings.trainer.datasets.max_bytes,

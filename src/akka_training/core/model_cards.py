@@ -3,8 +3,9 @@ version of, how it was trained (method, dataset with version and hash, steps, fi
 reward, lineage) and the resolved settings, in the Hugging Face Hub's card format (YAML front
 matter, then Markdown), so that `huggingface_hub.upload_folder` publishes it as it is.
 
-The card is written from the run's rows, the same each time it is asked for: the manifest's
-checksum of it holds when the file is fetched."""
+The service writes the card from the run's rows, the same each time it is asked for (the
+manifest's checksum of it holds when the file is fetched); a training job writes the same card
+from its spec for the run's experiment tracking."""
 
 from __future__ import annotations
 
@@ -45,6 +46,30 @@ class CardFacts:
     modules: list[str]
     settings: dict[str, Any]
     description: str | None
+
+
+def lineage_text(
+    source_kind: str | None,
+    source_run: str | None,
+    source_snapshot: str | None,
+    pipeline: str | None,
+    stage: str | None,
+) -> str:
+    """Where a run's adapter comes from, in words."""
+    parts = []
+    if source_run:
+        at = f" at snapshot `{source_snapshot}`" if source_snapshot else ""
+        how = {
+            "warm-start": f"warm start from the final adapter of run `{source_run}`",
+            "branch": f"branch from the weights of run `{source_run}`{at}",
+            "continue": f"continues run `{source_run}` from its training state{at}",
+        }.get(source_kind or "", f"starts from run `{source_run}`{at}")
+        parts.append(how)
+    else:
+        parts.append("a fresh adapter (no source run)")
+    if pipeline:
+        parts.append(f"stage `{stage}` of pipeline `{pipeline}`")
+    return "; ".join(parts)
 
 
 def vllm_max_lora_rank(rank: int) -> int:

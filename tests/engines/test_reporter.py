@@ -1,0 +1,47 @@
+"""The reporter tells its listeners (the job's telemetry) each new directive of the service."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from akka_training.core.reports import StepReport
+from akka_training.engines.reporter import HttpReporter
+from akka_training.telemetry import catalog as c
+from akka_training.telemetry.job_metrics import JobTelemetry
+from akka_training.telemetry.otel import job_resource
+from akka_training.testing.otlp_receiver import OtlpReceiver
+from tests.engines.conftest import ReportServer
+
+
+def test_a_pause_puts_the_job_s_phase_in_pausing(
+    report_server: ReportServer, tmp_path: Path
+) -> None:
+    report_server.script = lambda kind, body, reports: (
+        "save-and-stop" if kind == "steps" and body["step"] >= 2 else "continue"
+    )
+    heard: list[str] = []
+    with OtlpReceiver() as receiver:
+        telemetry = JobTelemetry(
+            job_resource("run-1", 1, "maths"), receiver.endpoint, tmp_path, export_interval_s=3600
+        )
+        reporter = HttpReporter(report_server.url, "run-1", 1, "token", heartbeat_seconds=60)
+        reporter.on_directive(heard.append)
+        reporter.on_directive(telemetry.directive)
+        try:
+            telemetry.training("sft")
+            for step in (1, 2, 3):
+                reporter.report_step(StepReport(step=step, total_steps=4, metrics={}))
+            reporter.flush(timeout=10)
+            deadline = time.monotonic() + 5
+            while not heard and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert telemetry.flush()
+            phases = receiver.wait_for_metric(
+                c.PREFIX + "job.phase", lambda r: r.point({c.RUN_PHASE: "PAUSING"}).value == 1
+            )
+        finally:
+            reporter.close()
+            telemetry.shutdown()
+    assert heard == ["save-and-stop"]  # once, when it changed
+    assert phases.point({c.RUN_PHASE: "TRAINING"}).value == 0
