@@ -1,0 +1,51 @@
+"""A pytest plugin (``-p akka_training.testing.fast_layer`` in the project's pytest settings):
+the fast layer, ``pytest -m "not slow"``, runs on two worker processes when pytest-xdist is
+installed, so that it fits in a minute on a two-core machine. Any other selection (the full
+suite, a file, ``-k``) runs in one process as before, as does a run that says ``-n`` or
+``-p no:xdist`` itself, or sets ``AKKA_FAST_LAYER_WORKERS=0``."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+WORKERS_ENV = "AKKA_FAST_LAYER_WORKERS"
+
+
+def workers_for(args: list[str], environ: dict[str, str] | os._Environ[str]) -> int:
+    """How many xdist workers a run with these command-line arguments gets (0: no xdist)."""
+    wanted = int(environ.get(WORKERS_ENV, "2") or 0)
+    if wanted <= 0 or importlib.util.find_spec("xdist") is None:
+        return 0
+    if any(a == "-n" or a.startswith(("-n", "--numprocesses", "--dist")) for a in args):
+        return 0
+    if "no:xdist" in args or any(a.startswith("-p") and "no:xdist" in a for a in args):
+        return 0
+    marks = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "-m"]
+    marks += [a[2:] for a in args if a.startswith("-m") and len(a) > 2]
+    marks += [a.split("=", 1)[1] for a in args if a.startswith("--markexpr=")]
+    if [m.strip() for m in marks] != ["not slow"]:
+        return 0
+    # A run of some files or tests (`pytest -m "not slow" tests/cli`) stays in one process.
+    for i, arg in enumerate(args):
+        if arg.startswith("-"):
+            continue
+        if i > 0 and args[i - 1] in _TAKES_A_VALUE:
+            continue
+        return 0
+    return wanted
+
+
+# pytest's options whose value is the next argument.
+_TAKES_A_VALUE = {"-m", "-k", "-p", "-c", "-o", "-W", "--rootdir", "--confcutdir", "--basetemp"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
+    workers = workers_for(args, os.environ)
+    if workers:
+        args[:] = [*args, "-n", str(workers)]
