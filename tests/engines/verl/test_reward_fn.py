@@ -110,7 +110,10 @@ def test_verl_gets_the_score_and_each_term(verl_env: VerlEnv, tmp_path: Path) ->
     assert results[0]["reward_score"] == good["score"]
     assert good["term/correct"] == 1.0 and good["term/format"] == 1.0
     assert wrong["term/correct"] == 0.0 and wrong["term/format"] == 0.0
-    assert long["term/short"] < good["term/short"]  # past maxTokens, the penalty applies
+    # A negative weight penalises length outside the range: the term is 0 inside it and rises
+    # past maxTokens, so the long completion's score drops by its share.
+    assert good["term/short"] == 0.0 and long["term/short"] > 0.0
+    assert long["score"] < good["score"]
     records = RecordReader(tmp_path / "records").new_records()
     assert [r.completion for r in records] == ["#### 5", "it is 6", "#### 5 #### 5 #### 5 #### 5"]
     first = records[0]

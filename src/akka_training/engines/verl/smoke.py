@@ -61,8 +61,8 @@ SMOKE_OVERRIDES = [
     f"actor_rollout_ref.rollout.gpu_memory_utilization={VLLM_SHARE}",
     "reward.num_workers=2",
 ]
-# verl's own memory names: the V1 trainer prefixes its workers' figures with ``actor/``.
-MEMORY_NAMES = tuple(f"actor/{name}" for name in MEMORY_GIB) + tuple(MEMORY_GIB)
+# verl's own memory names, the V1 trainer's (``actor/``-prefixed) then the legacy trainer's.
+MEMORY_NAMES = tuple(name for names in MEMORY_GIB.values() for name in names)
 FIGURES = (
     "policy_loss",
     "tokens",
