@@ -6,8 +6,6 @@ Registered on the `runs` group."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +14,7 @@ import typer
 from akka_training.cli.arguments import RUN
 from akka_training.cli.output import emit, human_bytes, table
 from akka_training.cli.state import state
+from akka_training.cli.transfer import transfer_bar
 from akka_training.core.downloads import download_directory
 from akka_training.core.errors import AkkaError, InvalidRequest
 
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
     from akka_training.api.tasks import TaskRecord
 
 # Smaller downloads finish before a bar would be worth drawing.
-PROGRESS_MIN_BYTES = 4 * 1024 * 1024
 
 
 def download(
@@ -48,7 +46,7 @@ def download(
     manifest = client.adapter_manifest(run, snapshot)
     target = Path(directory) if directory else Path.cwd() / manifest.directory
     refuse_unless_empty(target)
-    with transfer_bar(manifest.total_bytes) as advance:
+    with transfer_bar(manifest.total_bytes, "downloading") as advance:
         written = client.download_manifest(
             manifest, target, overwrite=state.force, progress=advance
         )
@@ -101,7 +99,7 @@ def export(
             f"follow it with `akka training tasks get {task.id}`, or run this again."
         )
     manifest = client.merged_manifest(run, snapshot)
-    with transfer_bar(manifest.total_bytes) as advance:
+    with transfer_bar(manifest.total_bytes, "downloading") as advance:
         written = client.download_manifest(
             manifest, target, overwrite=state.force, progress=advance, task=task.id
         )
@@ -144,40 +142,3 @@ def _say_progress(task: TaskRecord) -> None:
         if progress.total:
             line += f" ({human_bytes(progress.done or 0)} of {human_bytes(progress.total)})"
     print(line, file=sys.stderr, flush=True)
-
-
-@contextmanager
-def transfer_bar(size: int) -> Iterator[Callable[[int], None] | None]:
-    """A bar with bytes and rate on stderr, for people: only on a terminal, without -q, in text
-    output, and for downloads big enough to take a moment."""
-    show = (
-        state.output == "text"
-        and not state.quiet
-        and sys.stderr.isatty()
-        and size >= PROGRESS_MIN_BYTES
-    )
-    if not show:
-        yield None
-        return
-    # Imported here: rich's progress machinery is only worth loading for a long download.
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    console = Console(stderr=True, no_color=state.no_color)
-    columns = [
-        TextColumn("downloading"),
-        BarColumn(),
-        DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-    ]
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("download", total=size)
-        yield lambda n: bar.advance(task, n)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -15,6 +13,7 @@ import typer
 
 from akka_training.cli.output import ago, details, emit, human_bytes, say, section, table, when
 from akka_training.cli.state import state
+from akka_training.cli.transfer import transfer_bar
 from akka_training.core.errors import InvalidRequest
 
 if TYPE_CHECKING:
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Register and inspect datasets.", no_args_is_help=True)
 
 # Smaller uploads finish before a bar would be worth drawing.
-PROGRESS_MIN_BYTES = 4 * 1024 * 1024
 
 
 @app.command("register")
@@ -44,7 +42,7 @@ def register(
     # A streamed body cannot be sent twice: make sure the token is good before streaming.
     state.client().whoami()
     try:
-        with _progress(size) as advance:
+        with transfer_bar(size, "uploading") as advance:
             result = state.client().register_dataset(
                 name, source, alias=alias, size=size, progress=advance
             )
@@ -101,43 +99,6 @@ def _open(file: str) -> tuple[BinaryIO, int | None]:
         raise InvalidRequest(f"There is no file {file}; give a JSONL file with -f, or - for stdin.")
     f = open(path, "rb")  # noqa: SIM115 - closed by the caller after the upload
     return f, os.fstat(f.fileno()).st_size
-
-
-@contextmanager
-def _progress(size: int | None) -> Iterator[Callable[[int], None] | None]:
-    """A bar with bytes and rate on stderr, for people: only on a terminal, without -q, in text
-    output, and for files big enough to take a moment (or of unknown size)."""
-    show = (
-        state.output == "text"
-        and not state.quiet
-        and sys.stderr.isatty()
-        and (size is None or size >= PROGRESS_MIN_BYTES)
-    )
-    if not show:
-        yield None
-        return
-    # Imported here: rich's progress machinery is only worth loading for a long upload.
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    console = Console(stderr=True, no_color=state.no_color)
-    columns = [
-        TextColumn("uploading"),
-        BarColumn(),
-        DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-    ]
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("upload", total=size)
-        yield lambda n: bar.advance(task, n)
 
 
 # --- text output ---------------------------------------------------------------------------------
