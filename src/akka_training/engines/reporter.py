@@ -45,6 +45,38 @@ class ReportNotDelivered(Exception):
     pass
 
 
+def deliver(
+    client: httpx.Client, url: str, kind: str, body: dict[str, Any], patience: float
+) -> httpx.Response:
+    """POST a report until the service takes it, and return the service's answer: one below
+    300, or a 409 (the sender is no longer the one the service knows). Connection errors and
+    5xx answers are retried with back-off for `patience` seconds; a refusal, a request that
+    cannot be sent, or spent patience raise `ReportNotDelivered`."""
+    deadline = time.monotonic() + patience
+    delay = 0.2
+    while True:
+        try:
+            response = client.post(url, json=body)
+        except (httpx.LocalProtocolError, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            # A request the sender cannot even send (a bad token or URL) will not get better.
+            raise ReportNotDelivered(f"the {kind} report cannot be sent: {exc}") from exc
+        except httpx.HTTPError as exc:
+            error: str = str(exc) or type(exc).__name__
+        else:
+            if response.status_code == 409 or response.status_code < 300:
+                return response
+            if response.status_code < 500:
+                raise ReportNotDelivered(
+                    f"the service refused the {kind} report: HTTP {response.status_code} "
+                    f"{response.text[:500]}"
+                )
+            error = f"HTTP {response.status_code}"
+        if time.monotonic() > deadline:
+            raise ReportNotDelivered(f"the service did not take the {kind} report: {error}")
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+
+
 class HttpReporter:
     def __init__(
         self,
@@ -171,30 +203,9 @@ class HttpReporter:
                 continue
 
     def _post(self, kind: str, body: dict[str, Any], patience: float | None = None) -> None:
-        deadline = time.monotonic() + (self._patience if patience is None else patience)
-        delay = 0.2
-        while True:
-            try:
-                response = self._client.post(f"{self._base}/{kind}", json=body)
-            except (httpx.LocalProtocolError, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-                # A request this job cannot even send (a bad token or URL) will not get better.
-                raise ReportNotDelivered(f"the {kind} report cannot be sent: {exc}") from exc
-            except httpx.HTTPError as exc:
-                error: str = str(exc) or type(exc).__name__
-            else:
-                if response.status_code == 409 or response.status_code < 300:
-                    self._take_answer(response)
-                    return
-                if response.status_code < 500:
-                    raise ReportNotDelivered(
-                        f"the service refused the {kind} report: HTTP {response.status_code} "
-                        f"{response.text[:500]}"
-                    )
-                error = f"HTTP {response.status_code}"
-            if time.monotonic() > deadline:
-                raise ReportNotDelivered(f"the service did not take the {kind} report: {error}")
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        url = f"{self._base}/{kind}"
+        wait = self._patience if patience is None else patience
+        self._take_answer(deliver(self._client, url, kind, body, wait))
 
     def _take_answer(self, response: httpx.Response) -> None:
         """The directive of an answer: a 409 means this attempt is no longer the run's."""

@@ -8,7 +8,6 @@ cancelled) raises `TaskCancelled`, which ends the job quietly.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import httpx
@@ -20,16 +19,13 @@ from akka_training.core.tasks import (
     TaskProgressReport,
     TaskStartedReport,
 )
+from akka_training.engines.reporter import deliver
 
 log = logging.getLogger(__name__)
 
 
 class TaskCancelled(Exception):
     """The service told the task to stop (cancelled), or no longer knows it as running."""
-
-
-class ReportNotDelivered(Exception):
-    pass
 
 
 class TaskReporter:
@@ -58,29 +54,8 @@ class TaskReporter:
         self._client.close()
 
     def _post(self, kind: str, body: dict[str, Any]) -> None:
-        deadline = time.monotonic() + self._patience
-        delay = 0.2
-        while True:
-            try:
-                response = self._client.post(f"{self._base}/{kind}", json=body)
-            except (httpx.LocalProtocolError, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-                raise ReportNotDelivered(f"the {kind} report cannot be sent: {exc}") from exc
-            except httpx.HTTPError as exc:
-                error = str(exc) or type(exc).__name__
-            else:
-                if response.status_code == 409:
-                    raise TaskCancelled(response.text[:500])
-                if response.status_code < 300:
-                    if response.json().get("action") == "stop" and kind != "finished":
-                        raise TaskCancelled("the task was cancelled")
-                    return
-                if response.status_code < 500:
-                    raise ReportNotDelivered(
-                        f"the service refused the {kind} report: HTTP {response.status_code} "
-                        f"{response.text[:500]}"
-                    )
-                error = f"HTTP {response.status_code}"
-            if time.monotonic() > deadline:
-                raise ReportNotDelivered(f"the service did not take the {kind} report: {error}")
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        response = deliver(self._client, f"{self._base}/{kind}", kind, body, self._patience)
+        if response.status_code == 409:
+            raise TaskCancelled(response.text[:500])
+        if response.json().get("action") == "stop" and kind != "finished":
+            raise TaskCancelled("the task was cancelled")
