@@ -1,6 +1,7 @@
 """A bare TRL script: the same SFT or GRPO configuration the engine benchmark runs through the
 trainer, written as a user would write it by hand. Prints a JSON line with each step's end time
-(perf_counter) and the process's peak RSS.
+(perf_counter), the wall-clock time (time.time) of the first step's end and the process's peak
+RSS.
 
     python bench/bare_trl.py sft|grpo MODEL_DIR DATA_JSONL STEPS
 """
@@ -23,9 +24,12 @@ FORMAT = re.compile(r"^#### [0-9]+$")
 class StepTimes(TrainerCallback):
     def __init__(self) -> None:
         self.ends: list[float] = []
+        self.first_wall: float | None = None
 
     def on_step_end(self, args: object, state: object, control: object, **kwargs: object) -> None:
         self.ends.append(time.perf_counter())
+        if self.first_wall is None:
+            self.first_wall = time.time()
 
 
 def format_reward(completions: list, **kwargs: object) -> list[float]:
@@ -109,7 +113,7 @@ def main(method: str, model_dir: str, data: str, steps: int) -> None:
     trainer.add_callback(times)
     trainer.train()
     peak = _vm_hwm()
-    print(json.dumps({"ends": times.ends, "peak_rss": peak}))
+    print(json.dumps({"ends": times.ends, "first_wall": times.first_wall, "peak_rss": peak}))
 
 
 def _vm_hwm() -> int:

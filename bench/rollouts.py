@@ -6,6 +6,10 @@ a temporary directory, then prints:
 
 - the write cost per step, absolute and as a share of one GRPO step of `--grpo-step-seconds`
   (0.18 s: raw TRL GRPO on a tiny model on this machine, see the field notes);
+- what the training step waits for it: the job hands each step's rollouts to the background
+  `StepFileWriter` (as `StepRewards` does) and goes on; the benchmark hands steps over at one
+  GRPO step's interval (the step's own work stood in by sleeping) and measures the hand-over
+  (goal: at most 2 % of the step);
 - the time to fetch the worst 10 and the best 10 rollouts of a step (goal: at most 50 ms), and
   for reference the time to read a whole step.
 
@@ -24,7 +28,10 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from akka_training.engines.step_files import StepFileWriter
 from akka_training.rewards.rollouts import Rollout, read_step_file, write_step_file
+
+WAIT_GOAL = 0.02  # of a step
 
 _VOCABULARY = (
     "the of and to a in is it you that he was for on are with as his they be at one have this "
@@ -52,6 +59,7 @@ def main() -> None:
     parser.add_argument("--grpo-step-seconds", type=float, default=0.18)
     parser.add_argument("--reads", type=int, default=100, help="steps sampled for read timings")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--handovers", type=int, default=50, help="steps handed to the writer")
     args = parser.parse_args()
     rng = random.Random(args.seed)
 
@@ -66,6 +74,13 @@ def main() -> None:
             write_step_file(rollouts, path)
             writes.append(time.perf_counter() - started)
             sizes.append(path.stat().st_size)
+
+        waits = step_waits(
+            root,
+            [make_step(rng, s, args.rollouts) for s in (1, 2, 3)],
+            args.grpo_step_seconds,
+            args.handovers,
+        )
 
         sampled = rng.sample(range(1, args.steps + 1), min(args.reads, args.steps))
         worst, best, whole = [], [], []
@@ -86,6 +101,13 @@ def main() -> None:
         f"write per step: median {write_ms:.1f} ms, p95 {p95(writes) * 1000:.1f} ms; "
         f"{write_ms / 1000 / args.grpo_step_seconds:.1%} of a {args.grpo_step_seconds:g} s "
         "GRPO step"
+    )
+    wait = statistics.median(waits)
+    share = wait / args.grpo_step_seconds
+    print(
+        f"step waits for it (hand-over to the background writer): median {wait * 1000:.2f} ms, "
+        f"p95 {p95(waits) * 1000:.2f} ms; {share:.2%} of the step "
+        f"(goal <= {WAIT_GOAL:.0%}): {'met' if share <= WAIT_GOAL else 'not met'}"
     )
     for label, times in (("worst 10", worst), ("best 10", best), ("all rollouts", whole)):
         print(
@@ -135,6 +157,33 @@ def make_step(rng: random.Random, step: int, count: int) -> list[Rollout]:
             )
         )
     return rollouts
+
+
+def step_waits(
+    root: Path, steps: list[list[Rollout]], step_seconds: float, count: int
+) -> list[float]:
+    """How long each of `count` training steps waits to hand its rollouts over, one step every
+    `step_seconds` (the step's own work stood in by sleeping, which leaves the writer the CPU
+    as the step's device work would)."""
+    directory = root / "handed-over"
+    directory.mkdir()
+
+    def keep(step: int, rollouts: list[Rollout]) -> None:
+        write_step_file(rollouts, directory / f"step-{step}.parquet")
+
+    writer = StepFileWriter[list[Rollout]](keep)
+    waits = []
+    try:
+        for step in range(1, count + 1):
+            began = time.perf_counter()
+            writer.submit(step, steps[step % len(steps)])
+            handed = time.perf_counter()
+            waits.append(handed - began)
+            time.sleep(max(0.0, step_seconds - (handed - began)))
+        writer.wait()
+    finally:
+        writer.close()
+    return waits
 
 
 def text(rng: random.Random, chars: int) -> str:

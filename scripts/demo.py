@@ -1,19 +1,26 @@
 """The demo: an embedded trainer, a real SFT run, then a real GRPO run warm-started from it,
-whose adapter it downloads.
+whose adapter it downloads, and evaluations of that adapter and of the base model on the
+held-out set, compared.
 
 It starts `akka trainer serve` with its home in `.akka-demo/` (SQLite, a local blob directory, the
 local backend, the development models it builds on first start), and drives it with the `akka`
-CLI exactly as a user would, printing each command before it runs. Everything is seeded, so the
-same steps come out on every run. It says what rose: the reward and each reward term's share
-over the first and the last steps, and whether the `correct` term rose or the reward came
-from the format alone.
+CLI exactly as a user would, printing each command before it runs. The task is one the tiny
+model learns in minutes on a CPU: "What is N + 0?", answered "#### N" (examples/demo/). The SFT
+run teaches the format and leaves most answers wrong; the GRPO run is paid for the right number
+only. Everything is seeded, so the same steps come out on every run. It says what rose: the
+reward and each reward term's share over the first and the last steps, and whether the
+`correct` term rose above what one answer for every prompt would score (a collapse).
 
     ./scripts/demo            # set up .venv, then this
     python scripts/demo.py    # in an activated .venv
+    python scripts/demo.py --learning-rate 1e-9    # the control: the same seed, no learning
+
+`AKKA_DEMO_DIR` moves its working directory (default `.akka-demo/`).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -29,12 +36,21 @@ import httpx
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "examples"
-WORK = REPO / ".akka-demo"
+EXAMPLES = REPO / "examples" / "demo"
+WORK = Path(os.environ.get("AKKA_DEMO_DIR") or REPO / ".akka-demo")
 
 
-def main() -> int:
-    WORK.mkdir(exist_ok=True)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help="the GRPO run's learning rate instead of the plan's (1e-9: a control that learns "
+        "nothing, on the same seed)",
+    )
+    args = parser.parse_args(argv)
+    WORK.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     env = dict(os.environ)
     env.update(
@@ -60,7 +76,7 @@ def main() -> int:
     )
     try:
         _wait_healthy(env["TRAINER_URL"], trainer)
-        return _demo(env)
+        return _demo(env, args.learning_rate)
     finally:
         trainer.send_signal(signal.SIGTERM)
         try:
@@ -70,12 +86,12 @@ def main() -> int:
         log.close()
 
 
-def _demo(env: dict[str, str]) -> int:
+def _demo(env: dict[str, str], learning_rate: float | None) -> int:
     akka(env, "training", "info")
     akka(env, "training", "base-models", "list")
     if not any(p["name"] == "demo" for p in akka_json(env, "training", "projects", "list")):
         akka(env, "training", "projects", "create", "demo", "--quota", "1")
-    for name in ("arithmetic", "arithmetic-eval", "arithmetic-prompts"):
+    for name in ("add-zero", "add-zero-eval", "add-zero-prompts"):
         akka(
             env,
             "training",
@@ -86,17 +102,22 @@ def _demo(env: dict[str, str]) -> int:
             str(EXAMPLES / "data" / f"{name}.jsonl"),
         )
 
-    print("\n# 1. Supervised fine-tuning: teach the tiny model the answer format '#### N'.")
+    print(
+        "\n# 1. Supervised fine-tuning on 'What is N + 0?': 40 steps teach the tiny model the "
+        "answer format '#### N' and leave most of its answers wrong."
+    )
     sft = akka_json(env, "training", "runs", "start", "-f", str(EXAMPLES / "sft.yaml"))
     akka(env, "training", "runs", "wait", sft["id"], "--exit-status")
     akka(env, "training", "runs", "get", sft["id"])
 
     print(
-        "\n# 2. GRPO warm-started from the SFT adapter. The reward pays the '#### N' format "
-        "(weight 0.5) and the right number (weight 1.0); each step below shows the reward and "
-        "each term's share of it."
+        "\n# 2. GRPO warm-started from the SFT adapter. The reward pays the right number only "
+        "(the correct term), so the reward below rises only as the answers get right."
     )
     plan = yaml.safe_load((EXAMPLES / "grpo.yaml").read_text().replace("SFT_RUN_ID", sft["id"]))
+    if learning_rate is not None:
+        plan["config"]["rlHyperparams"]["optimizer"]["learningRate"] = learning_rate
+        print(f"  (the GRPO run's learning rate is {learning_rate:g} instead of the plan's)")
     plan_path = WORK / "grpo.yaml"
     plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
     grpo = akka_json(env, "training", "runs", "start", "-f", str(plan_path))
@@ -109,23 +130,56 @@ def _demo(env: dict[str, str]) -> int:
 
     metrics = akka_json(env, "training", "runs", "metrics", grpo["id"])
     print()
-    for line in reward_summary(metrics["steps"]):
+    prompts = EXAMPLES / "data" / "add-zero-prompts.jsonl"
+    for line in reward_summary(metrics["steps"], one_answer_share(prompts)):
         print(line)
+    print(health_line(akka_json(env, "training", "runs", "get", grpo["id"]).get("health")))
     print("\n# 4. The adapter, out: the Hugging Face layout PEFT and vLLM load as it is.")
     adapter = WORK / "grpo-adapter"
     akka(env, "training", "runs", "download", grpo["id"], "-d", str(adapter), "--force")
+
+    print("\n# 5. The GRPO adapter against the base model, on the held-out 'What is N + 0?' rows.")
+    plan = yaml.safe_load(
+        (EXAMPLES / "evaluation.yaml").read_text().replace("GRPO_RUN_ID", grpo["id"])
+    )
+    ids = []
+    for name, source in (("base", None), ("grpo", plan.pop("source"))):
+        plan_path = WORK / f"evaluation-{name}.yaml"
+        plan_path.write_text(yaml.safe_dump({**plan, "name": name, "source": source}))
+        ids.append(akka_json(env, "training", "evaluations", "start", "-f", str(plan_path))["id"])
+        akka(env, "training", "evaluations", "wait", ids[-1], "--exit-status")
+    akka(env, "training", "evaluations", "compare", *ids)
     print(f"The trainer's home is {WORK / 'home'}; run the demo again to reuse it.")
     return 0
 
 
-def reward_summary(steps: list[dict[str, Any]], window: int = 4) -> list[str]:
+def health_line(health: dict[str, Any] | None) -> str:
+    """One line on what the run's health monitors saw at its last step."""
+    if not health:
+        return "Health monitors: no figures reported."
+    past = [
+        f"{m['monitor']} ({m['figure']} {m['value']:.3g})"
+        for m in health["monitors"]
+        if m["crossed"]
+    ]
+    if not past:
+        return f"Health monitors at step {health['step']}: every monitor within its threshold."
+    return f"Health monitors at step {health['step']}: past their threshold: {', '.join(past)}."
+
+
+def reward_summary(
+    steps: list[dict[str, Any]], one_answer: float | None = None, window: int = 10
+) -> list[str]:
     """What rose and what did not: the reward and each term's share over the first and the
-    last `window` steps, and a plain sentence on where a rise came from."""
+    last `window` steps, and a plain sentence on where a rise came from. `one_answer` is the
+    correct share a policy that gives the same number to every prompt would reach: a correct
+    share that only climbs to it says the policy collapsed to one answer, not that it learned."""
 
     def mean(key: str, part: list[dict[str, Any]]) -> float:
         values = [float(s[key]) for s in part if key in s]
         return sum(values) / len(values) if values else 0.0
 
+    window = max(1, min(window, len(steps) // 2))
     first, last = steps[:window], steps[-window:]
     terms = sorted(
         {k for s in steps for k in s if k.startswith("terms/") and k.endswith("/share_mean")}
@@ -135,15 +189,33 @@ def reward_summary(steps: list[dict[str, Any]], window: int = 4) -> list[str]:
     for name, key in rows:
         lines.append(f"  {name:<10} {mean(key, first):.3f} -> {mean(key, last):.3f}")
     if "terms/correct/share_mean" in terms:
-        gained = mean("terms/correct/share_mean", last) - mean("terms/correct/share_mean", first)
-        if gained > 0.05:
+        before = mean("terms/correct/share_mean", first)
+        after = mean("terms/correct/share_mean", last)
+        if one_answer is not None:
+            lines.append(
+                f"One number given to every prompt would be right for {one_answer:.3f} of them."
+            )
+        if after - before > 0.1 and (one_answer is None or after > one_answer + 0.05):
             lines.append("The correct term rose: the policy answers more prompts right.")
+        elif after - before > 0.1:
+            lines.append(
+                "The correct term rose only as far as one answer for every prompt would take "
+                "it: the policy may have collapsed to one answer (read the rollouts above)."
+            )
         else:
             lines.append(
                 "The correct term did not rise: what the reward gained came from the other "
                 "terms (read the rollouts above to see what the policy learned)."
             )
     return lines
+
+
+def one_answer_share(prompts: Path) -> float:
+    """The share of the prompts whose answer is the most common one."""
+    answers = [
+        json.loads(line)["messages"][-1]["content"] for line in prompts.read_text().splitlines()
+    ]
+    return max(answers.count(a) for a in set(answers)) / len(answers) if answers else 0.0
 
 
 def akka(env: dict[str, str], *args: str) -> None:

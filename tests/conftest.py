@@ -8,6 +8,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -187,8 +188,17 @@ def postgres_schema_url(server: str) -> tuple[str, str]:
 
 
 def drop_schema(server: str, schema: str) -> None:
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    """Drop a test's schema. A trainer of the test may still be writing to it (its fixture
+    ends later), and Postgres may then pick the drop as a deadlock's victim: try again."""
+    for attempt in range(10):
+        try:
+            with psycopg.connect(server, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            return
+        except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
+            if attempt == 9:
+                raise
+            time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")

@@ -87,10 +87,10 @@ def test_an_unreachable_trainer_has_its_own_exit_status_and_error_object() -> No
 
 
 BOOM = (
-    "import akka_training.cli.state as s\n"
+    "import akka_training.client.contexts as c\n"
     "def boom(path=None):\n"
     "    raise RuntimeError('the disk is on fire')\n"
-    "s.load_config = boom\n"
+    "c.load_config = boom\n"
 )
 
 

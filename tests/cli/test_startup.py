@@ -1,5 +1,6 @@
 """The CLI starts without the training stack."""
 
+import json
 import subprocess
 import sys
 
@@ -29,3 +30,62 @@ def test_every_cli_module_imports_no_training_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# What the CLI loads only when a command needs it: the client's HTTP and models, tables, YAML,
+# and each group's module.
+LATER = (
+    "httpx",
+    "pydantic",
+    "rich",
+    "yaml",
+    "akka_training.client.contexts",
+    "akka_training.cli.auth",
+    "akka_training.cli.training",
+    "akka_training.cli.training.runs",
+)
+
+
+def _loaded_after(code: str, names: tuple[str, ...]) -> list[str]:
+    code += (
+        f"\nimport json, sys\nprint(json.dumps(sorted(m for m in {names!r} if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_the_entry_point_imports_no_client_rich_yaml_or_command_modules() -> None:
+    assert _loaded_after("from akka_training.cli.main import run", LATER) == []
+
+
+def test_help_loads_no_client_yaml_or_command_modules() -> None:
+    code = (
+        "import sys, io, contextlib\n"
+        "sys.argv = ['akka', '--help']\n"
+        "from akka_training.cli.main import run\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n    run()\n"
+    )
+    assert _loaded_after(code, tuple(m for m in LATER if m != "rich")) == []
+
+
+def test_a_command_loads_its_own_group_only() -> None:
+    code = (
+        "import sys, io, contextlib\n"
+        "sys.argv = ['akka', 'training', 'runs', 'list', '--help']\n"
+        "from akka_training.cli.main import run\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n    run()\n"
+    )
+    names = ("akka_training.cli.training.runs", "akka_training.cli.training.datasets", "httpx")
+    assert _loaded_after(code, names) == ["akka_training.cli.training.runs"]
+
+
+def test_a_group_lists_each_lazy_subgroup_with_its_own_help() -> None:
+    """The help `akka --help` and `akka training --help` list without importing a group is the
+    help of the group once imported."""
+    from akka_training.cli.main import GROUPS
+    from akka_training.cli.training import NOUNS
+
+    for name, entry in [*GROUPS.items(), *NOUNS.items()]:
+        loaded = entry.load(name)
+        assert (loaded.name, loaded.help, loaded.hidden) == (name, entry.help, entry.hidden)
+        assert entry.listing(name).get_short_help_str() == loaded.get_short_help_str()

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from akka_training.controller.apply import (
     apply,
     load_view,
+    load_views,
     record_launch_failure,
     record_launched,
     record_stop_sent,
@@ -20,7 +21,8 @@ from akka_training.core.failures import FailureReason, failure_text
 from akka_training.core.phases import Phase, RuleName
 from akka_training.core.states import AttemptOutcome, AttemptState, ClaimState, Request
 from akka_training.storage.db import Database
-from akka_training.storage.models import Attempt, Claim, Event, RolloutStep, Run, Step
+from akka_training.storage.models import Attempt, Claim, Event, RolloutStep, Run, Step, Token
+from akka_training.storage.tokens import create_job_token
 from tests.controller.rows import (
     T0,
     add_attempt,
@@ -338,3 +340,113 @@ def test_a_stop_sent_is_remembered(database: Database) -> None:
 
     attempt = view_of(database).attempt
     assert attempt is not None and attempt.stop_sent
+
+
+def test_an_attempt_whose_job_is_gone_loses_its_tokens(database: Database) -> None:
+    with database.session() as session:
+        run = add_run(session)
+        add_claim(session, run)
+        add_attempt(session, run, 1)
+        for _ in range(2):  # a launch tried twice mints twice
+            create_job_token(session, "r1", 1, "maths")
+        create_job_token(session, "r1", 2, "maths")  # another attempt's: kept
+    crashed = Decision(
+        rule=RuleName.FAIL,
+        reason=FailureReason.JOB_CRASHED,
+        attempt_exited=True,
+        release_claim=True,
+    )
+
+    apply(database, view_of(database), crashed, NOW)
+
+    with database.session() as session:
+        tokens = session.scalars(select(Token).where(Token.run_id == "r1")).all()
+        revoked = sorted((t.attempt, t.revoked_at is not None) for t in tokens)
+    assert revoked == [(1, True), (1, True), (2, False)]
+
+
+def test_a_retried_death_requeues_as_crashed_and_counts_towards_the_retries(
+    database: Database,
+) -> None:
+    with database.session() as session:
+        run = add_run(session)
+        add_claim(session, run)
+        add_attempt(session, run, 1)
+    decision = Decision(
+        rule=RuleName.REQUEUE,
+        attempt_exited=True,
+        release_claim=True,
+        retry=True,
+        note="died without a report (killed); it runs again",
+    )
+
+    apply(database, view_of(database), decision, NOW)
+
+    with database.session() as session:
+        run = stored(session)
+        attempt = session.get(Attempt, ("r1", 1))
+        assert attempt is not None
+        assert run.phase == "QUEUED" and run.failure_code is None
+        assert attempt.outcome == "crashed"
+    assert ("job", "attempt 1 died without a report (killed); it runs again") in events(database)
+    assert view_of(database).crashes == 1
+
+
+def test_the_attempt_after_a_death_waits_for_its_back_off(database: Database) -> None:
+    with database.session() as session:
+        run = add_run(session, phase=Phase.QUEUED)
+        add_claim(session, run)
+        first = add_attempt(session, run, 1, state=AttemptState.EXITED)
+        first.outcome = AttemptOutcome.CRASHED
+    view = view_of(database)
+    assert view.crashes == 1
+    decision = Decision(rule=RuleName.ADMIT, new_attempt=True, launch_delay=2.0)
+
+    apply(database, view, decision, NOW)
+
+    with database.session() as session:
+        second = session.get(Attempt, ("r1", 2))
+        assert second is not None
+        assert second.next_try_at is not None
+        assert second.next_try_at.replace(tzinfo=UTC) == NOW + timedelta(seconds=2)
+    assert (
+        "job",
+        "attempt 2 launches in 2 s (back-off after 1 in a row that died without a report)",
+    ) in events(database)
+
+
+def test_views_read_together_are_each_runs_own_rows(database: Database) -> None:
+    """A pass reads every open run's view in one go: each view holds its own run's current
+    attempt, newest open claim and crashes in a row, never a neighbour's, in the order asked."""
+    with database.session() as session:
+        queued = add_run(session, "r-queued", phase=Phase.QUEUED)
+        add_claim(session, queued, ClaimState.QUEUED)
+        retried = add_run(session, "r-retried", phase=Phase.TRAINING)
+        for number in (1, 2):
+            ended = add_attempt(session, retried, number, AttemptState.EXITED)
+            ended.outcome = AttemptOutcome.CRASHED
+        add_attempt(session, retried, 3)
+        add_claim(session, retried, ClaimState.RELEASED)
+        add_claim(session, retried)
+        recovered = add_run(session, "r-recovered", phase=Phase.PREPARING)
+        crashed = add_attempt(session, recovered, 1, AttemptState.EXITED)
+        crashed.outcome = AttemptOutcome.CRASHED
+        lost = add_attempt(session, recovered, 2, AttemptState.EXITED)
+        lost.outcome = AttemptOutcome.LOST
+        add_attempt(session, recovered, 3, AttemptState.PENDING)
+
+    with database.session() as session:
+        views = load_views(session, ["r-recovered", "gone", "r-queued", "r-retried"])
+
+    assert [v.id for v in views] == ["r-recovered", "r-queued", "r-retried"]
+    recovered_view, queued_view, retried_view = views
+    assert queued_view.attempt is None
+    assert (queued_view.claim_state, queued_view.crashes) == (ClaimState.QUEUED, 0)
+    assert retried_view.attempt is not None
+    assert (retried_view.attempt.number, retried_view.attempt.state) == (3, "launched")
+    assert retried_view.attempt.handle == {"pid": 4242}
+    assert (retried_view.claim_state, retried_view.crashes) == (ClaimState.GRANTED, 2)
+    assert recovered_view.attempt is not None
+    assert (recovered_view.attempt.number, recovered_view.attempt.state) == (3, "pending")
+    assert (recovered_view.claim_state, recovered_view.crashes) == (None, 0)
+    assert views == [view_of(database, r) for r in ("r-recovered", "r-queued", "r-retried")]

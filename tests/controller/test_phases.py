@@ -63,6 +63,21 @@ def test_a_waiting_run_fails_when_the_cluster_stays_unreachable() -> None:
     assert d.rule == "fail" and d.reason == FailureReason.CLUSTER_UNREACHABLE and d.release_claim
 
 
+def test_a_waiting_claim_larger_than_every_node_fails_its_run_with_what_to_set() -> None:
+    # Queued while the cluster's nodes were not known: once the controller sees that no node
+    # of the pool has 3 devices, the run fails instead of waiting on the cluster for ever.
+    v = view("QUEUED", attempt=None, claim_state="QUEUED", claim_devices=3, pool="training")
+    d = queued.process(v, Probe(largest_node=2), NOW, LIMITS)
+    assert d.rule == "fail" and d.reason == FailureReason.JOB_START_FAILED and d.release_claim
+    assert d.detail == (
+        "It claims 3 devices, and the largest node of pool training offers 2: a run's devices "
+        "are on one node. Set execution.gpus to 2 or less, or choose another execution.pool."
+    )
+    assert not queued.process(v, Probe(largest_node=4), NOW, LIMITS)
+    assert not queued.process(v, Probe(largest_node=None), NOW, LIMITS)  # not known
+    assert not queued.process(v, Probe(largest_node=0), NOW, LIMITS)  # no node answers yet
+
+
 def test_a_pending_attempt_launches_after_its_back_off() -> None:
     later = attempt(state="pending", next_try_at=NOW + timedelta(seconds=5))
     assert not preparing.process(view("PREPARING", attempt=later), Probe(), NOW, LIMITS)
@@ -122,3 +137,58 @@ def test_a_cancel_stops_the_job_and_ends_the_run_when_it_is_gone() -> None:
     gone = view("TRAINING", requested="cancel", attempt=attempt(stop_sent=True))
     d = training.process(gone, Probe(status=JobStatus("exited", signal=15)), NOW, LIMITS)
     assert d.rule == "cancel" and d.release_claim
+
+
+def test_a_killed_job_without_an_oom_kill_is_retried_from_its_snapshot() -> None:
+    probe = Probe(status=JobStatus("exited", signal=9), log_tail="step 3\n")
+    d = training.process(view("TRAINING", crashes=1), probe, NOW, LIMITS)
+    assert d.rule == "requeue" and d.retry and d.attempt_exited and d.release_claim
+    assert d.reason is None
+    assert d.note is not None
+    assert "killed (SIGKILL) without being asked to stop" in d.note
+    assert "retry 2 of 3" in d.note
+
+
+def test_a_job_that_keeps_dying_fails_with_the_true_cause_after_its_retries() -> None:
+    probe = Probe(status=JobStatus("exited", signal=9), log_tail="step 3\n")
+    d = training.process(view("TRAINING", crashes=3), probe, NOW, LIMITS)
+    assert d.rule == "fail" and d.reason == FailureReason.JOB_KILLED
+    assert d.detail is not None
+    assert d.detail.startswith("the job died without a report on 4 attempts in a row; the last:")
+    assert "the kernel recorded no out-of-memory kill" in d.detail
+
+
+def test_sigkill_is_host_oom_only_when_the_kernel_says_so() -> None:
+    probe = Probe(status=JobStatus("exited", signal=9, oom_killed=True))
+    d = training.process(view("TRAINING"), probe, NOW, LIMITS)
+    assert d.rule == "fail" and d.reason == FailureReason.HOST_OOM
+    assert d.detail is not None and "out-of-memory killer ended the job" in d.detail
+
+
+def test_a_job_ended_by_sigterm_without_a_report_is_retried() -> None:
+    probe = Probe(status=JobStatus("exited", signal=15))
+    d = training.process(view("TRAINING"), probe, NOW, LIMITS)
+    assert d.rule == "requeue" and d.retry
+    assert d.note is not None and "the job ended with signal 15 (SIGTERM)" in d.note
+
+
+def test_running_out_of_memory_is_not_retried() -> None:
+    probe = Probe(
+        status=JobStatus("exited", exit_code=1),
+        log_tail="RuntimeError: DefaultCPUAllocator: can't allocate memory",
+    )
+    d = training.process(view("TRAINING"), probe, NOW, LIMITS)
+    assert d.rule == "fail" and d.reason == FailureReason.HOST_OOM
+
+
+def test_the_attempt_after_deaths_in_a_row_launches_after_a_doubling_back_off() -> None:
+    first = queued.process(view("QUEUED", attempt=None), Probe(), NOW, LIMITS)
+    assert first.launch_delay is None
+    third = queued.process(view("QUEUED", attempt=None, crashes=3), Probe(), NOW, LIMITS)
+    assert third.rule == "admit" and third.launch_delay == 4
+
+
+def test_a_job_that_dies_while_pausing_pauses_at_its_last_snapshot() -> None:
+    probe = Probe(status=JobStatus("exited", signal=9))
+    d = pausing.process(view("PAUSING", requested="pause-save"), probe, NOW, LIMITS)
+    assert d.rule == "paused" and d.attempt_exited and d.release_claim

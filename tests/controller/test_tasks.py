@@ -77,3 +77,35 @@ def test_a_job_gone_without_a_report_fails_the_task_with_its_last_words() -> Non
 
 def test_a_job_that_reported_its_end_is_not_judged_again() -> None:
     assert decide(view(reported=True), JobStatus("exited", 0), "", NOW) == TaskDecision()
+
+
+def test_a_task_whose_claim_is_queued_waits_for_its_devices() -> None:
+    assert decide(pending(claim_state="QUEUED"), None, "", NOW) == TaskDecision()
+    assert decide(pending(claim_state="GRANTED"), None, "", NOW) == TaskDecision(launch=True)
+    # A cancel while it waits ends it and gives its place back.
+    assert decide(pending(claim_state="QUEUED", requested="cancel"), None, "", NOW) == (
+        TaskDecision(end=TaskState.CANCELLED, release_claim=True)
+    )
+
+
+def test_a_tasks_claim_is_released_once_its_job_is_gone_however_it_ended() -> None:
+    granted = {"claim_state": "GRANTED"}
+    # It reported its end: its job still exits; the devices go once it is gone.
+    done = view(state="SUCCEEDED", reported=True, **granted)
+    assert decide(done, JobStatus("running"), "", NOW) == TaskDecision()
+    assert decide(done, None, "", NOW) == TaskDecision()
+    assert decide(done, JobStatus("exited", 0), "", NOW) == TaskDecision(release_claim=True)
+    # Failed to start (never launched): nothing to wait for.
+    never = view(state="FAILED", handle=None, **granted)
+    assert decide(never, None, "", NOW) == TaskDecision(release_claim=True)
+    # Killed: gone without a report.
+    killed = decide(view(**granted), JobStatus("exited", None, 9), "", NOW)
+    assert (killed.end, killed.release_claim) == (TaskState.FAILED, True)
+    cancelled = view(requested="cancel", stop_sent=True, **granted)
+    assert decide(cancelled, JobStatus("exited", None, 15), "", NOW) == TaskDecision(
+        end=TaskState.CANCELLED, release_claim=True
+    )
+    # A task without a claim has nothing to give back.
+    assert decide(view(state="SUCCEEDED", reported=True), JobStatus("exited", 0), "", NOW) == (
+        TaskDecision()
+    )

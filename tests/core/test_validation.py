@@ -3,6 +3,7 @@ plans built from `core.plans` with their defaults filled as the service fills th
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from akka_training.core.catalog import CatalogModel
 from akka_training.core.defaults import fill_defaults
 from akka_training.core.documents import deep_merge
 from akka_training.core.errors import Problem
-from akka_training.core.plans import Lora, RunPlan
+from akka_training.core.plans import Lora, MatchTerm, RunPlan
 from akka_training.core.validation import (
     RULES,
     Checked,
@@ -319,6 +320,44 @@ def test_reward_term_names_must_be_unique() -> None:
     ]
 
 
+def test_the_rules_take_linear_time_in_the_reward_terms() -> None:
+    """The schema refuses more than 64 terms; the rules must not depend on it. 150k terms
+    through the rules once took minutes (a `list.count` per name)."""
+    plan = fill_defaults(RunPlan.model_validate(GRPO), MODEL, None, "training", None)
+    assert plan.config.reward is not None
+    terms = [MatchTerm(name=f"t{i}", kind="match") for i in range(150_000)]
+    plan.config.reward.terms = [*terms, MatchTerm(name="t7", kind="match")]
+    checked = Checked(
+        plan=plan, engine="verl", image_text_rl=False, model=MODEL, pool=TRAINING, dataset=TEXT
+    )
+    started = time.monotonic()
+    found = [(p.field, p.message) for p in validate(checked)]
+    assert time.monotonic() - started < 2
+    assert found == [
+        (
+            "config.reward.terms",
+            "Reward term names must be unique; t7 appears more than once. Rename one.",
+        )
+    ]
+
+
+def test_epochs_that_make_more_steps_than_a_run_counts() -> None:
+    huge = DatasetInfo("maths/huge:v1", "chat", has_images=False, rows=2_000_000_000)
+    changes = {"hyperparams": {"training": {"epochs": 100, "batchSize": 8}}}
+    assert problems(SFT, {"config": changes}, dataset=huge) == [
+        (
+            "config.hyperparams.training.epochs",
+            "config.hyperparams.training.epochs (100) over the 2000000000 rows of maths/huge:v1 "
+            "makes about 2.5e+10 steps, more than a run can count (2147483647); lower epochs or "
+            "set maxSteps.",
+        )
+    ]
+    changes["hyperparams"]["training"]["maxSteps"] = 1000
+    assert problems(SFT, {"config": changes}, dataset=huge) == []
+    rl = {"config": {"rlHyperparams": {"training": {"epochs": 10000}}}}
+    assert problems(GRPO, rl, dataset=huge)[0][0] == "config.rlHyperparams.training.epochs"
+
+
 def test_an_sft_plan_with_reinforcement_settings() -> None:
     plan = deep_merge(
         SFT,
@@ -507,6 +546,39 @@ def test_a_reward_pattern_that_does_not_compile() -> None:
     ]
 
 
+def test_monitors_on_an_sft_run() -> None:
+    assert problems(SFT, {"config": {"monitors": {"pauseOn": ["zero-spread"]}}}) == [
+        ("config.monitors", "config.monitors is for grpo and gspo runs; remove it.")
+    ]
+
+
+def test_a_correctness_term_the_plan_does_not_have() -> None:
+    assert problems(GRPO, {"config": {"monitors": {"correctnessTerm": "right"}}}) == [
+        (
+            "config.monitors.correctnessTerm",
+            "config.monitors.correctnessTerm 'right' is not a reward term of this plan; name "
+            "one of correct.",
+        )
+    ]
+
+
+def test_reward_hacking_without_a_term_to_watch() -> None:
+    terms = [{"name": "format", "kind": "regex", "pattern": "####"}]
+    changes = {"config": {"reward": {"terms": terms}, "monitors": {"pauseOn": ["reward-hacking"]}}}
+    assert problems(GRPO, changes) == [
+        (
+            "config.monitors.pauseOn",
+            "reward-hacking watches a correctness term and this plan has no match term: set "
+            "config.monitors.correctnessTerm to the term that checks correctness.",
+        )
+    ]
+
+
+def test_an_unknown_monitor_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="answer-collapse"):
+        RunPlan.model_validate(deep_merge(GRPO, {"config": {"monitors": {"pauseOn": ["bogus"]}}}))
+
+
 def test_every_rule_is_covered_here() -> None:
     """A rule added to `RULES` needs its refusal here too."""
     covered = {
@@ -523,8 +595,10 @@ def test_every_rule_is_covered_here() -> None:
         "verl_continuation_gpus",
         "verl_tools",
         "prompts_within_rows",
+        "steps_storable",
         "dataset_fits_method",
         "source_matches",
         "reward_patterns",
+        "monitor_terms",
     }
     assert {rule.__name__ for rule in RULES} == covered

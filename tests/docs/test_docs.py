@@ -19,6 +19,8 @@ PAGES = [
     "authenticate.md",
     "datasets.md",
     "rollouts.md",
+    "regrade.md",
+    "health-monitors.md",
     "observability.md",
     "grafana.md",
     "experiment-tracking.md",
@@ -30,6 +32,7 @@ PAGES = [
     "settings.md",
     "python-client.md",
     "use-your-adapter.md",
+    "evaluate-an-adapter.md",
     "cli.md",
     "contributing/ARCHITECTURE.md",
 ]

@@ -72,3 +72,27 @@ def test_out_of_memory_is_found_in_what_an_exception_wraps() -> None:
     assert out_of_memory(wrapped) == "host"
     assert out_of_memory(torch.OutOfMemoryError("CUDA out of memory")) == "device"
     assert out_of_memory(ValueError("the batch could not be scored")) is None
+
+
+def test_a_write_to_a_full_device_is_storage_full_also_when_wrapped() -> None:
+    """A real ENOSPC from the OS: /dev/full answers every write with it."""
+    import os
+
+    from akka_training.engines.failures import classify_failure as classify
+
+    fd = os.open("/dev/full", os.O_WRONLY)
+    try:
+        try:
+            try:
+                os.write(fd, b"x")
+            except OSError as exc:
+                raise RuntimeError("saving the checkpoint failed") from exc
+        except RuntimeError as wrapped:
+            reason, detail = classify(wrapped, None)
+    finally:
+        os.close(fd)
+    assert reason == FailureReason.STORAGE_FULL
+    assert detail.startswith("no space left on the device: [Errno 28]")
+    assert FailureReason.STORAGE_FULL.sentence.startswith(
+        "the storage this run writes to is full (no space left on the device)"
+    )

@@ -45,3 +45,40 @@ def test_a_pause_puts_the_job_s_phase_in_pausing(
             telemetry.shutdown()
     assert heard == ["save-and-stop"]  # once, when it changed
     assert phases.point({c.RUN_PHASE: "TRAINING"}).value == 0
+
+
+def test_a_step_s_end_takes_the_directive_asked_for_during_the_step(
+    report_server: ReportServer,
+) -> None:
+    # The pause is asked for while the step trains: the question sent before the step's
+    # expected end carries it, and the step's end asks nothing more.
+    report_server.script = lambda kind, body, reports: (
+        "save-and-stop" if kind == "heartbeat" else "continue"
+    )
+    reporter = HttpReporter(report_server.url, "run-1", 1, "token", heartbeat_seconds=60)
+    try:
+        reporter.step_began(0.05)
+        time.sleep(0.5)  # the step trains past its expected end; the answer is in
+        assert len(report_server.of("heartbeat")) == 1
+        reporter.step_ended()
+        assert reporter.action == "save-and-stop"
+        assert len(report_server.of("heartbeat")) == 1
+    finally:
+        reporter.close()
+
+
+def test_a_step_that_ends_before_its_question_was_sent_asks_at_its_end(
+    report_server: ReportServer,
+) -> None:
+    report_server.script = lambda kind, body, reports: (
+        "save-and-stop" if kind == "heartbeat" else "continue"
+    )
+    reporter = HttpReporter(report_server.url, "run-1", 1, "token", heartbeat_seconds=60)
+    try:
+        reporter.step_began(60.0)  # expected to run a minute; it ends at once
+        reporter.step_ended()
+        assert reporter.action == "save-and-stop"
+        time.sleep(0.2)
+        assert len(report_server.of("heartbeat")) == 1  # the look-ahead was called off
+    finally:
+        reporter.close()

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from akka_training.core.evaluations import parse_evaluation
 from akka_training.core.parsing import parse_plan
 from tests.integration.helpers import ensure_project, wait_phase, write_plan
 
@@ -45,6 +46,7 @@ def dry_run(trainer: Any, plan: dict[str, Any], noun: str = "runs") -> dict[str,
 
 def test_every_example_is_covered() -> None:
     assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == [
+        "evaluation.yaml",
         "grpo-verl-4gpu.yaml",
         "grpo.yaml",
         "gspo.yaml",
@@ -89,3 +91,22 @@ def test_the_verl_example_passes_the_checks_of_a_verl_deployment(
 )
 def test_examples_parse(name: str) -> None:
     parse_plan(yaml.safe_load((EXAMPLES / name).read_text()))
+
+
+def test_the_evaluation_example_parses() -> None:
+    plan = parse_evaluation(yaml.safe_load((EXAMPLES / "evaluation.yaml").read_text()))
+    assert plan.source is not None and plan.source.run == "GRPO_RUN_ID"
+    assert [m.kind for m in plan.metrics] == ["match", "regex", "loss"]
+
+
+def test_the_demo_plans_parse() -> None:
+    demo = EXAMPLES / "demo"
+    assert sorted(p.name for p in demo.glob("*.yaml")) == [
+        "evaluation.yaml",
+        "grpo.yaml",
+        "sft.yaml",
+    ]
+    for name in ("sft.yaml", "grpo.yaml"):
+        parse_plan(yaml.safe_load((demo / name).read_text()))
+    plan = parse_evaluation(yaml.safe_load((demo / "evaluation.yaml").read_text()))
+    assert plan.dataset == "demo/add-zero-eval"

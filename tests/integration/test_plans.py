@@ -379,3 +379,31 @@ def test_pipeline_dry_run_resolves_registered_stages_and_omits_stage_outputs(ver
     result = verl.cli("training", "pipelines", "start", "-f", str(path), "--dry-run", check=False)
     assert result.returncode == 1
     assert "must name an earlier stage of this pipeline" in result.stderr
+
+
+def test_values_the_database_cannot_store_are_refused_through_the_cli(verl: Any) -> None:
+    # As a user writes them: `1e29` (no dot) is text to YAML 1.1, `true` a boolean.
+    path = verl.home / "unstorable.yaml"
+    path.write_text(
+        "kind: run\nproject: maths\nbaseModel: qwen3-0.6b\n"
+        f"modelName: {'m' * 129}\n"
+        "config:\n"
+        "  dataset: maths/train\n"
+        "  method: grpo\n"
+        "  rlHyperparams:\n"
+        "    promptsPerStep: 8\n"
+        "    generationsPerPrompt: true\n"
+        "    training: {maxSteps: 1e29}\n"
+        "  reward:\n"
+        "    terms: [{name: correct, kind: match}]\n"
+        "execution: {gpus: 1, pool: training}\n"
+    )
+    result = verl.cli("training", "runs", "start", "-f", str(path), "--dry-run", check=False)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip() == (
+        "error: The plan was refused (3 problems):\n"
+        "  - modelName is 129 characters long; it holds at most 128. Shorten it.\n"
+        "  - config.rlHyperparams.generationsPerPrompt is true; set a whole number.\n"
+        "  - config.rlHyperparams.training.maxSteps is '1e29'; set a whole number."
+    )

@@ -22,6 +22,7 @@ from akka_training.backends.ray import RayBackend
 from akka_training.config.pools import PoolSpec
 from akka_training.config.settings import RayBackend as RaySettings
 from tests.integration.helpers import (
+    SCRIPTED_CATALOG,
     ensure_project,
     register_dataset,
     run_get,
@@ -31,6 +32,7 @@ from tests.integration.helpers import (
     steps_of,
     wait_for,
     wait_phase,
+    write_plan,
 )
 from tests.ray_cluster import RayHead
 
@@ -223,6 +225,44 @@ def test_a_real_sft_run_trains_on_ray(
     ]
     assert started[0]["host"] == socket.gethostname()
     assert (started[0]["node"], started[0]["pod"]) == (ray_head.node_name, ray_head.pod_name)
+
+
+def test_a_claim_above_what_any_node_offers_is_refused_at_submission(
+    trainer_factory: Any, ray_head: RayHead
+) -> None:
+    # The pool is declared with 4 devices and accepts claims of 4, but its one node offers 2
+    # (2 CPUs, a CPU each): Ray would keep a 3-device job PENDING, as it sums nodes and never
+    # splits a job over them. The refusal comes at once, for a dry run and a submission alike,
+    # and no run is made.
+    catalog = [
+        {
+            **SCRIPTED_CATALOG[0],
+            "envelopes": [
+                {"method": "sft", "engine": "trl", "gpus": g, "precision": "FP32"} for g in (1, 3)
+            ],
+        }
+    ]
+    settings = ray_settings(
+        ray_head, catalog=catalog, pools=[{"name": "default", "accelerator": "cpu", "devices": 4}]
+    )
+    trainer = trainer_factory(settings)
+    ensure_project(trainer, "maths")
+    register_dataset(trainer, "maths/train")
+    plan = sft_plan("maths", "maths/train")
+    plan["execution"]["gpus"] = 3
+    path = write_plan(trainer, plan)
+    for dry_run in (["--dry-run"], []):
+        result = trainer.cli("training", "runs", "start", "-f", str(path), *dry_run, check=False)
+        assert result.returncode == 1, result.stdout
+        assert "Traceback" not in result.stderr
+        assert (
+            "execution.gpus (3) is more than any single node of pool default offers (the "
+            "largest offers 2), and a run's devices are on one node: it would wait for devices "
+            "no node has. Set execution.gpus to 2 or less, or choose another execution.pool."
+        ) in " ".join(result.stderr.split())
+    assert trainer.cli_json("training", "runs", "list", "--project", "maths") == []
+    plan["execution"]["gpus"] = 1
+    assert start_run(trainer, plan)
 
 
 # --- the backend alone against the head -------------------------------------------------------

@@ -147,18 +147,27 @@ def test_the_service_killed_during_training_restarts_and_the_run_completes(train
 
 
 @pytest.mark.parametrize(
-    ("mode", "code", "words"),
+    ("mode", "code", "words", "attempts"),
     [
-        ("exit-without-report", "job-crashed", "exited without reporting"),
-        ("crash", "job-crashed", "RuntimeError: scripted crash at step 2"),
-        ("device-oom", "device-oom", "device memory"),
-        ("host-oom", "host-oom", "host memory"),
-        ("sigkill", "host-oom", "killed (SIGKILL)"),
+        ("exit-without-report", "job-crashed", "exited without reporting", 2),
+        ("crash", "job-crashed", "RuntimeError: scripted crash at step 2", 2),
+        ("device-oom", "device-oom", "device memory", 1),
+        ("host-oom", "host-oom", "host memory", 1),
+        ("sigkill", "job-killed", "killed (SIGKILL) without being asked to stop", 2),
     ],
 )
 def test_a_job_that_dies_without_a_report_gets_a_classified_reason(
-    trainer: Any, mode: str, code: str, words: str
+    trainer_factory: Any, mode: str, code: str, words: str, attempts: int
 ) -> None:
+    """Out of memory fails at once; any other death is retried (here once), then fails."""
+    trainer = trainer_factory(
+        scripted_settings(
+            controller={"interval-seconds": 0.2, "retry-base-seconds": 0.2, "job-retries": 1}
+        ),
+        env=STEP,
+    )
+    ensure_project(trainer, "maths")
+    register_dataset(trainer, "maths/train")
     run = start_run(
         trainer, sft_plan("maths", "maths/train", steps=6, modelName=f"scripted:{mode}")
     )
@@ -166,6 +175,7 @@ def test_a_job_that_dies_without_a_report_gets_a_classified_reason(
     assert failed.failure is not None
     assert failed.failure.code == code
     assert words in failed.failure.reason
+    assert failed.attempt == attempts
     out = trainer.cli("training", "runs", "get", run).stdout
     assert "Failure:" in out
     assert trainer.cli_json("training", "capacity")["claims"] == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from akka_training.devmodels.catalog import read_catalog
-from akka_training.rewards.rollouts import read_step_file
+from akka_training.rewards.rollouts import read_step_file, write_step_file
 from akka_training.telemetry import catalog as names
 from akka_training.telemetry.catalog import metric, prometheus_name
 from akka_training.testing.otlp_receiver import OtlpReceiver
@@ -287,12 +288,42 @@ def test_reinforcement_keeps_every_rollout_and_its_figures_match_them(
         (trainer.home / "blobs" / f"runs/{key}/rollouts/step-4.parquet").read_bytes()
     )
     assert sorted(r.score for r in stored) == everything
+    # runs verify recomputes every step's figures from the kept files and finds them equal.
+    verified = trainer.cli_json("training", "runs", "verify", run["id"])
+    assert [s["step"] for s in verified["steps"]] == [1, 2, 3, 4]
+    assert all(s["rollouts"] == 8 and s["figures"] > 10 for s in verified["steps"])
+    assert verified["differences"] == []
+    text = trainer.cli("training", "runs", "verify", run["id"]).stdout
+    assert f"Run {run['id']}: all " in text
+    assert "published figures of its 4 steps match their recomputation from the 32 kept" in text
+    # A step file that no longer holds what the step published: verify names the difference.
+    step_file = trainer.home / "blobs" / f"runs/{key}/rollouts/step-4.parquet"
+    original = step_file.read_bytes()
+    rollouts = read_step_file(original)
+    write_step_file([replace(r, score=r.score + 1.0) for r in rollouts], step_file)
+    try:
+        refused = trainer.cli("training", "runs", "verify", run["id"], "-o", "json", check=False)
+        assert refused.returncode == 1
+        differences = json.loads(refused.stdout)["differences"]
+        assert {d["step"] for d in differences} == {4}
+        mean = next(d for d in differences if d["figure"] == "reward/mean")
+        assert mean["recomputed"] == pytest.approx(mean["published"] + 1.0)
+        shown = trainer.cli("training", "runs", "verify", run["id"], check=False).stdout
+        assert "of its figures differ from their recomputation" in shown and "reward/mean" in shown
+    finally:
+        step_file.write_bytes(original)
 
 
 def test_an_sft_run_has_no_rollouts(trainer: TrainerProcess) -> None:
     runs = [r for r in trainer.cli_json("training", "runs", "list") if r["method"] == "sft"]
     out = trainer.cli("training", "runs", "rollouts", runs[0]["id"]).stdout
     assert "only grpo and gspo runs keep rollouts" in out
+    refused = trainer.cli("training", "runs", "verify", runs[0]["id"], check=False)
+    assert refused.returncode == 1
+    assert (
+        f"Run {runs[0]['id']} is a sft run: only grpo and gspo runs keep rollouts to verify "
+        "their figures against." in refused.stderr
+    )
 
 
 def test_an_image_text_adapter_covers_only_the_language_backbone(trainer: TrainerProcess) -> None:
@@ -389,7 +420,8 @@ def test_the_prometheus_endpoint_is_off_where_the_service_exports_over_otlp(
 ) -> None:
     # One path per deployment: with a collector, the capacity gauges go there (above), and
     # /metrics says so instead of serving every series a second time.
-    answered = httpx.get(f"{trainer.url}/metrics")
+    admin = {"Authorization": f"Bearer {trainer.admin_token}"}
+    answered = httpx.get(f"{trainer.url}/metrics", headers=admin)
     assert answered.status_code == 404
     assert answered.json()["error"]["message"].startswith(
         f"this deployment exports the service's metrics over OTLP to {receiver.endpoint} "

@@ -19,12 +19,14 @@ class _Server(ThreadingHTTPServer):
 
 @dataclass
 class Reply:
-    """What the scripted server answers: a status, a JSON body (or raw bytes), after a delay."""
+    """What the scripted server answers: a status, a JSON body (or raw bytes), after a delay,
+    with any further headers (``Retry-After``)."""
 
     body: Any = None
     status: int = 200
     delay: float = 0.0
     raw: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -55,6 +57,8 @@ class ScriptedServer:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(data)
                 except OSError:

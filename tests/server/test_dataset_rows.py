@@ -215,10 +215,29 @@ def test_text_that_is_not_utf8_is_named() -> None:
     ]
 
 
-def test_the_standard_library_decides_what_the_fast_parser_refuses() -> None:
-    # A lone surrogate escape is JSON the standard library accepts.
-    summary = check(b'{"prompt": "\\ud800", "completion": "x"}\n')
-    assert summary.ok and summary.rows == 1
+def test_what_the_fast_parser_refuses_is_worded_by_the_line_and_the_field() -> None:
+    # A lone surrogate escape is JSON the standard library reads, into a string no tokenizer can
+    # encode; a number of 5000 digits is JSON it refuses to read. A pair is one character.
+    summary = check(
+        b'{"prompt": "\\ud800", "completion": "x"}\n'
+        b'{"prompt": "q", "completion": "\\ud83d\\ude00"}\n'
+        b'{"prompt": "q", "completion": "a", "n": ' + b"1" * 5000 + b"}\n"
+    )
+    assert summary.rows == 3
+    assert [(p.line, p.field, p.message) for p in summary.problems] == [
+        (
+            1,
+            "prompt",
+            "line 1: prompt holds a lone surrogate escape (such as \\ud800), which is not a "
+            "character; remove it or write the character itself",
+        ),
+        (
+            3,
+            "",
+            "line 3: holds a number too long to read (more than 4300 digits); a row holds "
+            "text, write the number as a string or remove it",
+        ),
+    ]
 
 
 def test_an_over_long_line_is_refused_without_being_held(block: int = 10) -> None:
@@ -236,3 +255,37 @@ def test_an_over_long_line_is_refused_without_being_held(block: int = 10) -> Non
 def test_a_file_without_rows(data: bytes) -> None:
     summary = check(data)
     assert summary.rows == 0 and summary.ok and summary.format is None
+
+
+PLAIN_CHAT = json.dumps(chat(("user", "1+1?"), ("assistant", "2"))).encode()
+PLAIN_TEXT = json.dumps({"prompt": "1+1?", "completion": "2"}).encode()
+ANSWER = '"role": "assistant", "content": "2"'
+
+
+@pytest.mark.parametrize(
+    ("first", "line"),
+    [
+        (PLAIN_CHAT, PLAIN_CHAT + b" " + PLAIN_CHAT),  # two rows on one line
+        (PLAIN_CHAT, b'{"messages": [{"role": "assistant", "content": "\\ud800"}]}'),
+        (PLAIN_CHAT, b'{"messages": [{"role": "assistant", "content": "a\x01b"}]}'),
+        (PLAIN_CHAT, b'{"messages": [{"role": "assistant", "content": "\xff"}]}'),
+        (PLAIN_CHAT, b'{"messages": [{' + ANSWER.encode() + b', "n": ' + b"9" * 5000 + b"}]}"),
+        (PLAIN_CHAT, b'{"messages": []}'),
+        (PLAIN_CHAT, b'{"messages": [{"role": "user", "content": "1+1?"}]}'),
+        (PLAIN_CHAT, b'{"messages": [{"role": "bot", "content": "2"}]}'),
+        (PLAIN_CHAT, b'{"messages": [{"role": "assistant", "role": "bot", "content": "2"}]}'),
+        (PLAIN_CHAT, b'{"messages": [{' + ANSWER.encode() + b"}], " + b'"prompt": "x"}'),
+        (PLAIN_TEXT, b'{"prompt": "1+1?", "completion": "  "}'),
+        (PLAIN_TEXT, b'{"prompt": "1+1?", "completion": 2}'),
+        (PLAIN_TEXT, b'{"prompt": "1+1?", "completion": "2", "messages": []}'),
+        (PLAIN_TEXT, b'{"prompt": "1+1?", "completion": "2"} {"prompt": "a", "completion": "b"}'),
+    ],
+)
+def test_rows_after_a_valid_one_get_the_same_words_as_first_rows(first: bytes, line: bytes) -> None:
+    # The rows after the file's first valid row go through a quicker check; it passes only rows
+    # the full check passes, so every refusal keeps its words.
+    alone = check(line + b"\n")
+    after = check(first + b"\n" + line + b"\n")
+    assert not alone.ok and alone.problem_count == 1, messages(alone)
+    assert after.problem_count == 1
+    assert messages(after) == [messages(alone)[0].replace("line 1:", "line 2:", 1)]

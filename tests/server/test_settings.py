@@ -215,3 +215,29 @@ def test_a_bad_catalog_entry_names_its_key_as_written(tmp_path: Path) -> None:
     assert "trainer.catalog.0.envelopes.0.gpus: Input should be greater than or equal to 1" in (
         err.value.message
     )
+
+
+def test_settings_the_database_cannot_store_are_refused_at_start(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "trainer:\n  projects:\n    - {name: maths, quota: 99999999999}\n"
+        "    - {name: physics, quota: true}\n  pools:\n    - {name: gpu, devices: 9999999999999}\n",
+    )
+    with pytest.raises(SettingsError) as err:
+        load_settings(path)
+    assert err.value.message == (
+        f"Bad setting in {path}:\n"
+        "  - trainer.pools.0.devices: Input should be less than or equal to 2147483647\n"
+        "  - trainer.projects.0.quota: Input should be less than or equal to 2147483647\n"
+        "  - trainer.projects.1.quota: Input should be a valid integer"
+    )
+
+
+def test_a_settings_key_written_twice_is_refused_by_name(tmp_path: Path) -> None:
+    path = write(tmp_path, "trainer:\n  backend: local\n  backend: ray\n")
+    with pytest.raises(SettingsError) as err:
+        load_settings(path)
+    assert err.value.message == (
+        f"The settings file {path}: the key backend appears twice in one mapping (lines 2 and "
+        "3); keep one of them."
+    )

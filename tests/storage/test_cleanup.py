@@ -84,3 +84,29 @@ def test_start_up_cleans_an_s3_store(
         assert s3_bucket.open_uploads() == []
     finally:
         db.dispose()
+
+
+def test_cleanup_leaves_no_empty_folders_in_a_local_store(
+    tmp_path: Path, database: Database
+) -> None:
+    blobs = open_blob_store(f"file://{tmp_path / 'blobs'}")
+    leave_a_crash(blobs, database)
+    later = datetime.now(UTC) + timedelta(seconds=2 * HOUR)
+    clean_crash_leftovers(blobs, database, HOUR, now=later)
+    root = tmp_path / "blobs"
+    assert not (root / "runs" / "r1" / "snapshots" / "step-8").exists()
+    assert not (root / "datasets" / "uploads").exists()
+    empty = [p for p in root.rglob("*") if p.is_dir() and not any(p.iterdir()) and p.name != ".tmp"]
+    assert empty == []
+
+
+def test_a_deleted_snapshot_takes_its_empty_folders_with_it(tmp_path: Path) -> None:
+    """As the sweeper deletes a swept snapshot's weights and training state."""
+    blobs = open_blob_store(f"file://{tmp_path / 'blobs'}")
+    blobs.put_bytes("runs/r1/snapshots/step-2/weights/adapter_model.safetensors", b"w")
+    blobs.put_bytes("runs/r1/snapshots/step-2/training-state/state.pt", b"s")
+    blobs.put_bytes("runs/r1/snapshots/step-4/weights/adapter_model.safetensors", b"w")
+    blobs.delete("runs/r1/snapshots/step-2/weights/")
+    blobs.delete("runs/r1/snapshots/step-2/training-state/")
+    snapshots = tmp_path / "blobs" / "runs" / "r1" / "snapshots"
+    assert sorted(p.name for p in snapshots.iterdir()) == ["step-4"]

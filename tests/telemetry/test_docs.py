@@ -72,7 +72,7 @@ def test_the_dashboard_has_its_uid_variables_and_panels() -> None:
     board = json.loads(DASHBOARD.read_text())
     assert board["uid"] == "akka-training"
     names = [v["name"] for v in board["templating"]["list"]]
-    assert names == ["datasource", "project", "run", "attempt"]
+    assert names == ["datasource", "project", "run", "attempt", "evaluation"]
     titles = {p["title"] for p in board["panels"]}
     for wanted in (
         "Completed steps",
@@ -85,17 +85,26 @@ def test_the_dashboard_has_its_uid_variables_and_panels() -> None:
         "Device memory at the step's peak",
         "Throttle reasons active",
         "Pool devices",
+        "Evaluation metrics (mean, 95% interval)",
+        "Evaluation time by part",
     ):
         assert wanted in titles
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids))
     run_label = c.prometheus_label(c.RUN_ID)
+    evaluation_label = c.prometheus_label(c.EVALUATION_ID)
     service = {s for m in c.metrics_of(c.Publisher.SERVICE) for s in c.prometheus_series(m)}
+    evaluation = {s for m in c.metrics_of(c.Publisher.EVALUATION) for s in c.prometheus_series(m)}
     for panel in board["panels"]:
         for target in panel.get("targets", []):
             expr = target["expr"]
-            # Job panels select the run; capacity panels (service metrics) never name it.
-            if set(_IDENTIFIER.findall(expr)) & service:
+            used = set(_IDENTIFIER.findall(expr))
+            # Job panels select the run; capacity panels (service metrics) never name it;
+            # evaluation panels select the project's evaluations.
+            if used & service:
+                assert run_label not in expr, expr
+            elif used & evaluation:
+                assert f'{evaluation_label}=~"$evaluation"' in expr, expr
                 assert run_label not in expr, expr
             else:
                 assert f'{run_label}="$run"' in expr, expr

@@ -64,7 +64,7 @@ def test_the_module_table_matches_the_routes() -> None:
         if header:
             section = header.group(2) or "histogram"
             continue
-        row = re.match(r"\| ([^| ]+)\s*\| ([a-z_.]+)\s*\|\s*([^|]*?)\s*\|$", line)
+        row = re.match(r"\| ([^| ]+)\s*\| ([a-z0-9_.]+)\s*\|\s*([^|]*?)\s*\|$", line)
         if row and not line.startswith("|--"):
             attrs = row.group(3).replace(" ", "")
             documented.add((section, row.group(1), f"{row.group(2)}|{attrs}"))

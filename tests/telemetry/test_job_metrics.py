@@ -147,6 +147,7 @@ def test_reward_stats_time_count_failures_by_cause_and_judge_tokens(
         failures={("judge", "timeout"): 2, ("judge", "no-verdict"): 1, ("format", "error"): 0},
         judge_prompt_tokens={"judge": 900, "format": 0},
         judge_completion_tokens={"judge": 40},
+        retries={"judge": 3, "format": 0},
     )
     with pytest.raises(ValueError, match="cause 'slow'"):
         job.reward_stats(failures={("judge", "slow"): 1})
@@ -164,6 +165,10 @@ def test_reward_stats_time_count_failures_by_cause_and_judge_tokens(
     assert tokens.point({"gen_ai.token.type": "input"}).value == 900
     assert tokens.point({"gen_ai.token.type": "output"}).value == 40
     assert tokens.point({c.REWARD_TERM: "format"}) is None
+    retries = receiver.wait_for_metric(P + "reward.term.retries")
+    assert retries.monotonic is True
+    assert retries.point({c.REWARD_TERM: "judge"}).value == 3
+    assert retries.point({c.REWARD_TERM: "format"}) is None
 
 
 def test_data_fit_and_placement(job: JobTelemetry, receiver: OtlpReceiver) -> None:
@@ -285,6 +290,11 @@ def test_reward_counters_start_at_0_for_every_term_and_cause(
         (term, cause) for term in ("judge", "grader") for cause in c.REWARD_FAILURE_CAUSES
     }
     assert all(p.value == 0 for p in failures.points)
+    retries = receiver.wait_for_metric(P + "reward.term.retries")
+    assert sorted((p.attributes[c.REWARD_TERM], p.value) for p in retries.points) == [
+        ("grader", 0),
+        ("judge", 0),
+    ]
     tokens = receiver.wait_for_metric(P + "reward.judge.tokens")
     assert sorted(
         (p.attributes[c.REWARD_TERM], p.attributes[c.TOKEN_TYPE]) for p in tokens.points

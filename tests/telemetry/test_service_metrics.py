@@ -28,6 +28,7 @@ def _snapshot() -> CapacitySnapshot:
         ],
         projects=[ProjectCapacity("maths", 4, 6), ProjectCapacity("vision", 1, None)],
         runs_by_phase={("maths", "TRAINING"): 2, ("maths", "QUEUED"): 1},
+        evaluations_by_state={("maths", "SUCCEEDED"): 3},
     )
 
 
@@ -56,7 +57,8 @@ def test_capacity_gauges_reach_the_collector_with_their_units_and_attributes(
         c.CLAIM_STATE: "queued",
     }
 
-    for name in ("project.devices.claimed", "project.devices.quota", "runs", "run.failures"):
+    names = ("project.devices.claimed", "project.devices.quota", "runs", "evaluations")
+    for name in (*names, "run.failures"):
         record = receiver.wait_for_metric(P + name)
         for point in record.points:
             assert point.attributes[c.PROJECT] in ("maths", "vision")
@@ -67,6 +69,10 @@ def test_capacity_gauges_reach_the_collector_with_their_units_and_attributes(
     runs = receiver.wait_for_metric(P + "runs")
     assert runs.point({c.RUN_PHASE: "TRAINING"}).value == 2
     assert runs.point({c.RUN_PHASE: "PAUSED"}).value == 0  # every phase, 0 where empty
+    evaluations = receiver.wait_for_metric(P + "evaluations")
+    assert evaluations.unit == "{evaluation}"
+    assert evaluations.point({c.EVALUATION_STATE: "SUCCEEDED"}).value == 3
+    assert evaluations.point({c.EVALUATION_STATE: "RUNNING"}).value == 0
     failures = receiver.wait_for_metric(P + "run.failures")
     assert (failures.kind, failures.monotonic) == ("sum", True)
     assert failures.point({c.FAILURE_REASON: "device-oom"}).value == 2

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from akka_training.api.base import RequestBody, ResponseBody, optional_key
+from akka_training.core.bounds import Name
 
 __all__ = ["AdapterFile", "AdapterManifest", "Downloaded", "MergeRequest"]
 
@@ -38,7 +39,7 @@ class AdapterManifest(ResponseBody):
 
 
 class MergeRequest(RequestBody):
-    snapshot: str | None = Field(None, description="Merge this snapshot's weights; None: final.")
+    snapshot: Name | None = Field(None, description="Merge this snapshot's weights; None: final.")
 
 
 class Downloaded(ResponseBody):

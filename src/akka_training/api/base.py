@@ -44,6 +44,8 @@ class RequestBody(BaseModel):
         validate_by_name=True,
         validate_by_alias=True,
         serialize_by_alias=True,
+        # Built on first use, as answers are.
+        defer_build=True,
     )
 
     def to_json(self) -> dict[str, Any]:

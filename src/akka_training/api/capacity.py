@@ -25,8 +25,8 @@ class PoolCapacity(ResponseBody):
 
 
 class Claim(ResponseBody):
-    kind: str
-    for_: str = Field(alias="for", description="The run the devices are for.")
+    kind: str = Field(description="run, or evaluation (a task claiming devices like a run).")
+    for_: str = Field(alias="for", description="The run (or evaluation) the devices are for.")
     project: str
     devices: int
     pool: str

@@ -25,10 +25,14 @@ __all__ = [
 
 class PipelineStage(ResponseBody):
     name: str
-    type: str = Field(description="train.")
-    method: str
-    run: str | None = Field(description="The stage's latest run; None until it starts.")
-    phase: str = Field(description="The run's phase, or WAITING before it starts.")
+    type: str = Field(description="train or evaluate.")
+    method: str = Field(description="The train stage's method, or evaluate.")
+    run: str | None = Field(
+        description="The stage's latest run (an evaluate stage's evaluation); None until it starts."
+    )
+    phase: str = Field(
+        description="The run's phase (an evaluation's state), or WAITING before it starts."
+    )
     progress: Progress | None
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from akka_training.api.base import RequestBody, ResponseBody, Timestamp
+from akka_training.core.bounds import Description, Int, Name
+from akka_training.core.limits import INT32_MAX
 
 
 class Project(ResponseBody):
@@ -26,11 +28,15 @@ class ProjectDetail(Project):
     members: list[Member] = Field(description="The admin and project tokens that may use it.")
 
 
+# A quota is stored in an INTEGER column: at most 2147483647 (the service refuses one below 0).
+Quota = Int | None
+
+
 class ProjectRequest(RequestBody):
-    name: str
-    quota: int | None = None
-    description: str | None = None
+    name: Name
+    quota: Quota = Field(None, le=INT32_MAX, description="None: no limit.")
+    description: Description | None = None
 
 
 class QuotaRequest(RequestBody):
-    quota: int | None
+    quota: Quota = Field(le=INT32_MAX, description="None: no limit.")

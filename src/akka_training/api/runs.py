@@ -15,6 +15,8 @@ from akka_training.api.base import (
     flag_key,
     optional_key,
 )
+from akka_training.core.bounds import Int, Name
+from akka_training.core.limits import INT32_MAX
 from akka_training.core.plans import RunPlan
 
 __all__ = [
@@ -23,9 +25,12 @@ __all__ = [
     "DeriveRequest",
     "DryRun",
     "Failure",
+    "Health",
+    "HealthMonitor",
     "JobLogs",
     "MemorySplit",
     "Metrics",
+    "MonitorPause",
     "PauseRequest",
     "Progress",
     "Queue",
@@ -161,6 +166,41 @@ class Stalled(ResponseBody):
     dump: str | None = Field(description="Where the job recorded its threads and memory.")
 
 
+class HealthMonitor(ResponseBody):
+    """One health monitor at the latest step that reported its figure."""
+
+    monitor: str = Field(description="As config.monitors.pauseOn names it.")
+    figure: str = Field(description="The step figure it watches (see runs metrics).")
+    value: float
+    threshold: float
+    direction: Literal["below", "above", "away"] = Field(
+        description="below/above: past at or below/above the threshold; away: at or above it "
+        "or at or below its inverse."
+    )
+    crossed: bool = Field(description="The value is past the threshold.")
+    pauses_run: bool = Field(description="The plan names it in config.monitors.pauseOn.")
+
+
+class MonitorPause(ResponseBody):
+    """The pause a monitor caused."""
+
+    monitor: str
+    figure: str
+    value: float
+    threshold: float
+    step: int
+    reason: str
+
+
+class Health(ResponseBody):
+    """A reinforcement run's health monitors (docs/health-monitors.md)."""
+
+    step: int | None = Field(description="The step the figures are from.")
+    monitors: list[HealthMonitor]
+    figures: dict[str, float] = Field(description="Every health figure of that step.")
+    pause: MonitorPause | None = Field(description="The last pause a monitor caused.")
+
+
 class RunRecord(RunSummary):
     """A run as `runs get` shows it."""
 
@@ -170,6 +210,7 @@ class RunRecord(RunSummary):
     cost: Cost
     queue: Queue | None = Field(description="Why a QUEUED run waits.")
     stalled: Stalled | None
+    health: Health | None = optional_key("Reinforcement runs, once a step reported.")
     settings: dict[str, Any] = Field(
         description=(
             "The resolved settings the run trains under (core.resolved.Settings as JSON). Kept "
@@ -308,7 +349,7 @@ class PauseRequest(RequestBody):
 class DeriveRequest(RequestBody):
     """A branch (from a snapshot's weights) or a continuation (from its training state)."""
 
-    snapshot: str
-    steps: int | None = None
+    snapshot: Name
+    steps: Int | None = Field(None, ge=1, le=INT32_MAX)
     overrides: dict[str, Any] | None = Field(None, description="Plan fields to change.")
     dry_run: bool = False

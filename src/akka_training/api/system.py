@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from akka_training.api.base import RequestBody, ResponseBody, Timestamp
+from akka_training.core.bounds import ModelName, Name, Number
+from akka_training.core.limits import MAX_TOKEN_DAYS, MAX_TOKEN_PROJECTS, REFERENCE_CHARS
 
 
 class Health(ResponseBody):
@@ -28,7 +30,7 @@ class Info(ResponseBody):
 
 
 class ExchangeRequest(RequestBody):
-    login: str = Field(description="An admin or project token.")
+    login: str = Field(max_length=REFERENCE_CHARS, description="An admin or project token.")
 
 
 class Token(ResponseBody):
@@ -62,7 +64,13 @@ class WhoAmI(ResponseBody):
 
 
 class TokenRequest(RequestBody):
-    name: str
-    projects: list[str] = Field(default_factory=list)
+    name: ModelName
+    projects: list[Name] = Field(default_factory=list, max_length=MAX_TOKEN_PROJECTS)
     admin: bool = False
-    expires_in_days: float | None = None
+    expires_in_days: Number | None = Field(
+        None,
+        gt=0,
+        le=MAX_TOKEN_DAYS,
+        description=f"Days until the token expires, more than 0 and at most {MAX_TOKEN_DAYS}; "
+        "None: it does not expire.",
+    )

@@ -44,6 +44,9 @@ class JobStatus:
     exit_code: int | None = None
     signal: int | None = None
     detail: str | None = None
+    # The kernel's out-of-memory killer acted in the job's cgroup while it ran (where the
+    # backend can tell): a SIGKILL is an out-of-memory kill only then.
+    oom_killed: bool = False
 
 
 @dataclass(frozen=True)

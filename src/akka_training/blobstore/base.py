@@ -122,6 +122,11 @@ class BlobStore(abc.ABC):
         uploads) started before `older_than`; how many."""
         return 0
 
+    def remove_empty_folders(self) -> int:
+        """Remove folders left empty (a store with folders: deletes leave their parents);
+        how many. A bucket has no folders."""
+        return 0
+
     def local_path(self, key: str) -> Path | None:
         """A path on this host holding the blob (or the prefix's files), when there is one."""
         return None

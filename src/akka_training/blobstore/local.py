@@ -81,6 +81,29 @@ class LocalBlobStore(BlobStore):
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+        # A key's folders exist for it alone: those it leaves empty go with it.
+        parent = path.parent
+        while parent != self.root and parent.is_relative_to(self.root):
+            try:
+                parent.rmdir()
+            except OSError:  # not empty (or already gone)
+                break
+            parent = parent.parent
+
+    def remove_empty_folders(self) -> int:
+        removed = 0
+        folders = sorted(
+            (p for p in self.root.rglob("*") if p.is_dir() and not p.is_relative_to(self._tmp)),
+            key=lambda p: len(p.parts),
+            reverse=True,
+        )
+        for folder in folders:
+            try:
+                folder.rmdir()
+                removed += 1
+            except OSError:
+                continue
+        return removed
 
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix.rstrip("/")) if prefix.strip("/") else self.root

@@ -13,3 +13,6 @@ PIPELINE = typer.Argument(
 TASK = typer.Argument(
     ..., metavar="TASK", help=f"The task's id, {PREFIX_HELP}.", show_default=False
 )
+EVALUATION = typer.Argument(
+    ..., metavar="EVALUATION", help=f"The evaluation's id, {PREFIX_HELP}.", show_default=False
+)

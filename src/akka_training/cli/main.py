@@ -5,14 +5,23 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 
 import typer
 
-from akka_training.cli import auth, config, exits, trainer
+from akka_training.cli import exits
+from akka_training.cli.lazy import Lazy, lazy_group
 from akka_training.cli.state import state
-from akka_training.cli.training import app as training_app
 from akka_training.core.errors import AkkaError
+
+# The groups, imported when a command line names one (`akka --help` lists them from here).
+GROUPS = {
+    "auth": Lazy("akka_training.cli.auth", "Log in to a trainer and manage tokens."),
+    "config": Lazy("akka_training.cli.config", "Contexts: which trainer, which login."),
+    "trainer": Lazy("akka_training.cli.trainer", "Run the trainer service."),
+    "training": Lazy(
+        "akka_training.cli.training", "Train adapters: datasets, runs, pipelines, capacity."
+    ),
+}
 
 app = typer.Typer(
     name="akka",
@@ -20,11 +29,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=lazy_group(GROUPS),
 )
-app.add_typer(auth.app, name="auth")
-app.add_typer(config.app, name="config")
-app.add_typer(trainer.app, name="trainer")
-app.add_typer(training_app, name="training")
 
 GLOBAL_HELP = """
 Global flags (anywhere on the line): --context NAME (or AKKA_CONTEXT), -o text|json|yaml,
@@ -123,7 +129,7 @@ def main(argv: list[str]) -> int:
     unless --debug (or AKKA_DEBUG) asks for it."""
     try:
         args = extract_globals(argv)
-        command = typer.main.get_command(app)
+        command = typer.main.get_group(app)
         if os.environ.get(COMPLETE_VAR):
             # A shell asks for completions (the script of `akka completion SHELL` does).
             from typer.completion import completion_init
@@ -161,6 +167,8 @@ def main(argv: list[str]) -> int:
         return exc.code if isinstance(exc.code, int) else exits.FAILED
     except Exception as exc:
         if state.debug:
+            import traceback
+
             traceback.print_exc()
         message = f"akka failed unexpectedly: {type(exc).__name__}: {str(exc).rstrip('.')}."
         hint = "" if state.debug else " Run the command again with --debug for the traceback."
@@ -173,6 +181,8 @@ def main(argv: list[str]) -> int:
 
 def _refusal(exc: AkkaError) -> int:
     if state.debug:
+        import traceback
+
         traceback.print_exc()
     message = exc.message
     problems = [p.to_json() for p in exc.problems]

@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import yaml
-
 from akka_training.cli.state import state
 
 # Spaces between two columns of a table (and between a detail's key and its value).
@@ -33,6 +31,8 @@ def emit(data: T, text: Callable[[T], object]) -> None:
     if fmt == "json":
         sys.stdout.write(json.dumps(plain(data), indent=2, default=str) + "\n")
     elif fmt == "yaml":
+        import yaml
+
         sys.stdout.write(yaml.safe_dump(plain(data), sort_keys=False, default_flow_style=False))
     else:
         text(data)

@@ -10,18 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from akka_training.client.contexts import (
-    ConfigFile,
-    Context,
-    context_name,
-    find_context,
-    find_url,
-    load_config,
-)
 from akka_training.core.errors import InvalidRequest
 
 if TYPE_CHECKING:
-    from akka_training.client.connect import Connection
+    from akka_training.client.connection import Connection
+    from akka_training.client.contexts import ConfigFile, Context
     from akka_training.client.trainer import TrainerClient
 
 
@@ -41,18 +34,27 @@ class State:
     @property
     def config(self) -> ConfigFile:
         if self._config is None:
+            # The configuration file (and PyYAML) is read when a command first needs it.
+            from akka_training.client.contexts import load_config
+
             self._config = load_config()
         return self._config
 
     def context_name(self) -> str | None:
+        from akka_training.client.contexts import context_name
+
         return context_name(self.config, self.context)
 
     def current_context(self) -> Context | None:
         """The context in use; an unknown name given by --context/AKKA_CONTEXT is refused."""
+        from akka_training.client.contexts import find_context
+
         return find_context(self.config, self.context)
 
     def url(self) -> str:
         """The trainer's URL, chosen as `client.connection.resolve` chooses it."""
+        from akka_training.client.contexts import find_url
+
         return find_url(
             self.current_context(), self.trainer_url, context_named=self.context is not None
         )

@@ -2,20 +2,25 @@
 
 Errors come back as the exception the service raised (`akka_training.core.errors`), rebuilt
 from the error code; a service that does not answer raises `TrainerUnreachable`. Answers come
-back as the models of `akka_training.api`.
+back as the models of `akka_training.api`. A request the trainer was too busy for (503 with
+Retry-After), and an idempotent one whose connection dropped, are sent again
+(`client.retries`).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
+from akka_training.client.retries import NO_RETRIES, SAFE_METHODS, RetryPolicy
 from akka_training.core.errors import (
     AkkaError,
+    InvalidRequest,
     TrainerUnreachable,
     Unauthorized,
     error_from_json,
@@ -31,13 +36,16 @@ class BaseClient:
         token: str | None = None,
         timeout: float = 60.0,
         refresh: Callable[[], str | None] | None = None,
+        retries: RetryPolicy | None = None,
     ) -> None:
         """`refresh`, when given, returns a fresh token after a 401 (a cached token the trainer
-        no longer knows); the request is then sent once more."""
+        no longer knows); the request is then sent once more. `retries`: when a request is sent
+        again (`client.retries`; `NO_RETRIES` sends each once)."""
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         self._refresh = refresh
+        self.retries = retries or RetryPolicy()
 
     def close(self) -> None:
         self._http.close()
@@ -60,16 +68,22 @@ class BaseClient:
         content: bytes | Iterable[bytes] | None = None,
         headers: dict[str, str] | None = None,
         timeout: float | None = None,
+        idempotent: bool | None = None,
     ) -> Any:
-        """Send a request; the decoded JSON answer, or the exception of an error answer."""
+        """Send a request; the decoded JSON answer, or the exception of an error answer.
+        `idempotent`: whether sending it twice is as sending it once (None: only for reads),
+        which lets it be sent again after a dropped connection."""
         params = {k: v for k, v in (params or {}).items() if v is not None}
-        response = self._send(method, path, json, params, content, headers, timeout)
+        if idempotent is None:
+            idempotent = method.upper() in SAFE_METHODS
+        args = (method, path, json, params, content, headers, timeout, idempotent)
+        response = self._exchange(*args)
         if response.status_code == 401 and self._refresh is not None and not _is_stream(content):
             token = self._refresh()
             self._refresh = None
             if token:
                 self._http.headers["Authorization"] = f"Bearer {token}"
-                response = self._send(method, path, json, params, content, headers, timeout)
+                response = self._exchange(*args)
         return _decode(response)
 
     def call(
@@ -83,6 +97,7 @@ class BaseClient:
         content: bytes | Iterable[bytes] | None = None,
         headers: dict[str, str] | None = None,
         timeout: float | None = None,
+        idempotent: bool | None = None,
     ) -> T:
         """`request`, with the answer read as `answer` (a model of `akka_training.api`)."""
         data = self.request(
@@ -93,8 +108,40 @@ class BaseClient:
             content=content,
             headers=headers,
             timeout=timeout,
+            idempotent=idempotent,
         )
         return adapter(answer).validate_python(data)
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        json: Any,
+        params: dict[str, Any],
+        content: bytes | Iterable[bytes] | None,
+        headers: dict[str, str] | None,
+        timeout: float | None,
+        idempotent: bool,
+    ) -> httpx.Response:
+        """`_send`, again while `self.retries` says so; a streamed body is sent once."""
+        policy = NO_RETRIES if _is_stream(content) else self.retries
+        deadline = time.monotonic() + policy.budget_seconds
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self._send(method, path, json, params, content, headers, timeout)
+            except TrainerUnreachable as exc:
+                if not isinstance(exc.__cause__, _DROPPED):
+                    raise
+                pause = policy.delay(attempt, None, idempotent)
+                if pause is None or time.monotonic() + pause > deadline:
+                    raise
+            else:
+                pause = policy.delay(attempt, response, idempotent)
+                if pause is None or time.monotonic() + pause > deadline:
+                    return response
+            time.sleep(pause)
 
     def _send(
         self,
@@ -125,6 +172,14 @@ class BaseClient:
             raise TrainerUnreachable(f"The trainer at {self.url} did not answer in time.") from exc
         except httpx.HTTPError as exc:
             raise TrainerUnreachable(f"The request to {self.url} failed: {exc}") from exc
+        except ValueError as exc:
+            if "JSON compliant" not in str(exc):
+                raise
+            # httpx encodes JSON without NaN and Infinity, as the standard says.
+            raise InvalidRequest(
+                "The request holds .nan or .inf (float('nan'), float('inf')), which a plan "
+                "cannot hold and JSON cannot carry; write a finite number."
+            ) from None
 
     def stream_lines(
         self, path: str, params: dict[str, Any] | None = None, timeout: float | None = None
@@ -168,6 +223,10 @@ class BaseClient:
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
             raise TrainerUnreachable(f"The trainer at {self.url} closed the download.") from exc
 
+
+# A connection that dropped after the request may have been sent: whether it took effect is
+# unknown, so only an idempotent request is sent again.
+_DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
 

@@ -41,8 +41,14 @@ class PipelinesApi(BaseClient):
         params = {"dry_run": True if dry_run else None}
         body = plan_document(plan)
         if dry_run:
-            return self.call(PipelineDryRun, "POST", "/v1/pipelines", json=body, params=params)
-        return self.call(Pipeline, "POST", "/v1/pipelines", json=body, params=params)
+            return self.call(
+                PipelineDryRun, "POST", "/v1/pipelines", json=body, params=params, idempotent=True
+            )
+        # A plan with a submissionId starts once however often it is sent: safe to send again.
+        again = bool(body.get("submissionId"))
+        return self.call(
+            Pipeline, "POST", "/v1/pipelines", json=body, params=params, idempotent=again
+        )
 
     def pipelines(self, project: str | None = None) -> list[Pipeline]:
         return self.call(list[Pipeline], "GET", "/v1/pipelines", params={"project": project})

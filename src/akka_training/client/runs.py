@@ -23,6 +23,7 @@ from akka_training.api.runs import (
     RunWaitLine,
     Snapshot,
 )
+from akka_training.api.verification import RunVerification
 from akka_training.client.base import BaseClient, adapter, plan_document
 
 # Lines of a kind this client does not know (from a newer service) are skipped.
@@ -45,14 +46,17 @@ class RunsApi(BaseClient):
         self, plan: RunPlan | Mapping[str, Any], dry_run: bool = False
     ) -> RunRecord | DryRun:
         """Submit a run plan (a mapping as in a plan file, or a `RunPlan`): the new run's
-        record (``.existing`` when its ``submissionId`` was submitted before). With `dry_run`
+        record (``.existing`` when its ``submissionId`` was submitted before; a plan with one is
+        sent again if the connection drops before the answer). With `dry_run`
         nothing starts: the settings it would train under. A plan that cannot run raises
         `PlanRefused` with every problem."""
         params = {"dry_run": True if dry_run else None}
         body = plan_document(plan)
         if dry_run:
-            return self.call(DryRun, "POST", "/v1/runs", json=body, params=params)
-        return self.call(RunRecord, "POST", "/v1/runs", json=body, params=params)
+            return self.call(DryRun, "POST", "/v1/runs", json=body, params=params, idempotent=True)
+        # A plan with a submissionId starts once however often it is sent: safe to send again.
+        again = bool(body.get("submissionId"))
+        return self.call(RunRecord, "POST", "/v1/runs", json=body, params=params, idempotent=again)
 
     def runs(
         self, project: str | None = None, phase: str | None = None, limit: int = 100
@@ -169,6 +173,10 @@ class RunsApi(BaseClient):
         sorts them by score, lowest or highest first."""
         params = {"step": step, "order": order, "limit": limit}
         return self.call(StepRollouts, "GET", f"/v1/runs/{run_ref}/rollouts", params=params)
+
+    def verify(self, run_ref: str) -> RunVerification:
+        """The run's published figures against their recomputation from its kept rollouts."""
+        return self.call(RunVerification, "GET", f"/v1/runs/{run_ref}/verification")
 
     def grafana_link(self, run_ref: str, project: str | None = None) -> GrafanaLink:
         params = {"project": project}

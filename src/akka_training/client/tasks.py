@@ -1,10 +1,13 @@
-"""Tasks: jobs the trainer runs on its cluster that are not training runs (a merge)."""
+"""Tasks: jobs the trainer runs on its cluster that are not training runs (a merge, a
+regrade)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
+from akka_training.api.regrades import PipelinePreview, PreviewRequest, RegradeRequest
 from akka_training.api.tasks import TaskRecord
 from akka_training.client.base import BaseClient
 
@@ -44,3 +47,29 @@ class TasksApi(BaseClient):
             if deadline is not None and time.monotonic() > deadline:
                 return
             time.sleep(interval)
+
+    def regrade_run(
+        self,
+        run_ref: str,
+        reward: dict[str, Any],
+        from_step: int | None = None,
+        to_step: int | None = None,
+    ) -> TaskRecord:
+        """Score the run's kept rollouts again with `reward` (a plan's ``config.reward``), as a
+        task on the trainer's cluster; the task (its result: `core.tasks.RegradeResult`)."""
+        body = RegradeRequest(reward=reward, from_step=from_step, to_step=to_step).to_json()
+        return self.call(TaskRecord, "POST", f"/v1/runs/{run_ref}/regrades", json=body)
+
+    def preview_reward(self, plan: dict[str, Any], rows: int = 8) -> TaskRecord:
+        """Check `plan` as a dry run and score `rows` of its dataset's rows with its reward
+        terms, as a task on the trainer's cluster; the task (its result:
+        `core.tasks.PreviewResult`)."""
+        body = PreviewRequest(plan=plan, rows=rows).to_json()
+        return self.call(TaskRecord, "POST", "/v1/previews", json=body)
+
+    def preview_pipeline_reward(self, plan: dict[str, Any], rows: int = 8) -> PipelinePreview:
+        """Check the pipeline `plan` as a dry run and score `rows` rows of each grpo or gspo
+        stage's dataset with that stage's reward terms, one task per stage; the stages with
+        their tasks (or why a stage has none)."""
+        body = PreviewRequest(plan=plan, rows=rows).to_json()
+        return self.call(PipelinePreview, "POST", "/v1/previews/pipelines", json=body)

@@ -13,6 +13,7 @@ from akka_training.client.bundles import BundlesApi
 from akka_training.client.capacity import CapacityApi
 from akka_training.client.catalog import CatalogApi
 from akka_training.client.datasets import DatasetsApi
+from akka_training.client.evaluations import EvaluationsApi
 from akka_training.client.pipelines import PipelinesApi
 from akka_training.client.projects import ProjectsApi
 from akka_training.client.runs import RunsApi
@@ -30,6 +31,7 @@ class TrainerClient(
     AdaptersApi,
     RunsApi,
     TasksApi,
+    EvaluationsApi,
     PipelinesApi,
 ):
     """``TrainerClient(url, token)``, or `connect()` to find both as the CLI does. Close it

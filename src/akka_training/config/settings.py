@@ -25,19 +25,29 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import AliasChoices, AliasGenerator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AliasChoices,
+    AliasGenerator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as EnvironmentParseError
 
 from akka_training.core.catalog import CatalogModel, Envelope
-from akka_training.core.errors import AkkaError
+from akka_training.core.errors import AkkaError, InvalidRequest
+from akka_training.core.limits import INT32_MAX, INT64_MAX, NAME_CHARS
+from akka_training.core.safe_yaml import load_document
 from akka_training.core.storage import DEFAULT_PART_MIB, MIN_PART_MIB, S3Options, StorageSpec
 
 ENV_PREFIX = "AKKA_"
 ENV_DELIMITER = "__"
 DEFAULT_PORT = 9001
+# A settings file holds the catalog too: larger than a plan.
+MAX_SETTINGS_BYTES = 16 * 1024 * 1024
 
 
 def _kebab(name: str) -> str:
@@ -51,11 +61,20 @@ class _Section(BaseModel):
 class Listen(_Section):
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
+    # Requests the service works on at once (the threads that run its handlers); more wait
+    # for a free one. The Postgres pool is sized from it.
+    worker_threads: int = Field(40, ge=1, le=1000)
 
 
 class Database(_Section):
     # None: SQLite at $AKKA_HOME/trainer.db
     url: str | None = None
+    # How long a request waits for the database (its turn to write on SQLite, a connection
+    # from the pool on Postgres) before it answers 503 with Retry-After, having saved nothing.
+    wait_seconds: float = Field(10.0, gt=0, le=600)
+    # Database connections the service keeps; None: trainer.listen.worker-threads plus 4 (the
+    # controller, its leader lock, the metrics), so that no worker waits for a connection.
+    pool_size: int | None = Field(None, ge=1, le=1000)
 
 
 class StorageS3(_Section):
@@ -103,6 +122,8 @@ class Storage(_Section):
     s3: StorageS3 = Field(default_factory=StorageS3)
     # Start-up removes partial uploads and unrecorded snapshots older than this.
     cleanup_grace_seconds: float = Field(3600.0, ge=0)
+    # How often the controller does that cleanup again while the service runs.
+    cleanup_every_seconds: float = Field(600.0, gt=0)
 
 
 class Reinforcement(_Section):
@@ -114,11 +135,11 @@ class Reinforcement(_Section):
 
 
 class Datasets(_Section):
-    max_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    max_bytes: int = Field(256 * 1024 * 1024, ge=1, le=INT64_MAX)
 
 
 class Bundles(_Section):
-    max_bytes: int = Field(16 * 1024 * 1024, ge=1)
+    max_bytes: int = Field(16 * 1024 * 1024, ge=1, le=INT64_MAX)
 
 
 class Telemetry(_Section):
@@ -127,6 +148,9 @@ class Telemetry(_Section):
     # twice: `otlp` (to the collector) or `scrape` (Prometheus scrapes /metrics). None: otlp
     # when a collector endpoint is set, else scrape.
     service_metrics: Literal["otlp", "scrape"] | None = None
+    # A file holding the token Prometheus scrapes /metrics with (a mounted Secret, the same one
+    # Prometheus's `credentials_file` reads). Unset: only an admin token may scrape.
+    metrics_token_file: str | None = None
 
     @property
     def service_export(self) -> Literal["otlp", "scrape"]:
@@ -152,10 +176,11 @@ class Grafana(_Section):
 
 
 class Pool(_Section):
-    name: str
+    name: str = Field(max_length=NAME_CHARS)
     accelerator: str = "cpu"
-    devices: int = Field(1, ge=0)
-    max_claim: int | None = Field(None, ge=1)
+    # Claims store device counts in INTEGER columns.
+    devices: int = Field(1, ge=0, le=INT32_MAX)
+    max_claim: int | None = Field(None, ge=1, le=INT32_MAX)
     host_ram_gib: float | None = Field(None, ge=0)
     # Ray backend: the value of the `pool` node label whose nodes serve this pool.
     label: str | None = None
@@ -182,8 +207,9 @@ class CatalogEntry(CatalogModel):
 
 
 class ProjectQuota(_Section):
-    name: str
-    quota: int | None = Field(None, ge=0)
+    name: str = Field(max_length=NAME_CHARS)
+    # Stored in an INTEGER column; strict, so that `quota: true` is not 1.
+    quota: int | None = Field(None, ge=0, le=INT32_MAX, strict=True)
 
 
 class RayBackend(_Section):
@@ -220,6 +246,8 @@ class Controller(_Section):
     interval_seconds: float = Field(0.5, gt=0)
     start_retries: int = Field(4, ge=0)
     retry_base_seconds: float = Field(2.0, ge=0)
+    # How often in a row a job that dies without a report runs again from its last snapshot.
+    job_retries: int = Field(3, ge=0)
     # A run whose completed-step count stops rising this long while its job lives is stalled.
     stall_seconds: float = Field(600.0, gt=0)
     # How long the cluster may stay unreachable while a run waits before it fails.
@@ -306,6 +334,11 @@ class Settings(BaseSettings):
         return self.trainer.database.url or f"sqlite:///{self.home / 'trainer.db'}"
 
     @property
+    def database_pool_size(self) -> int:
+        configured = self.trainer.database.pool_size
+        return configured if configured is not None else self.trainer.listen.worker_threads + 4
+
+    @property
     def storage_url(self) -> str:
         return self.trainer.storage.url or f"file://{self.home / 'blobs'}"
 
@@ -349,11 +382,14 @@ def load_settings(path: str | Path | None = None) -> Settings:
 
 def _read_file(path: Path) -> Any:
     try:
-        loaded = yaml.safe_load(path.read_text()) or {}
+        data = path.read_bytes()
     except FileNotFoundError as exc:
         raise SettingsError(f"The settings file {path} does not exist.") from exc
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"The settings file {path} is not valid YAML: {exc}") from exc
+    try:
+        where = f"The settings file {path}"
+        loaded = load_document(data, where, max_bytes=MAX_SETTINGS_BYTES, syntax="YAML") or {}
+    except InvalidRequest as exc:
+        raise SettingsError(exc.message) from None
     if not isinstance(loaded, dict) or set(loaded) - {"trainer"}:
         raise SettingsError(f"The settings file {path} must hold one top-level key, `trainer`.")
     return loaded.get("trainer") or {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,9 +12,10 @@ from sqlalchemy.orm import Session
 from akka_training.controller.views import AttemptView, Decision, RunView
 from akka_training.core.failures import FailureReason
 from akka_training.core.phases import Phase, RuleName
-from akka_training.core.states import AttemptOutcome, AttemptState
+from akka_training.core.states import OPEN_CLAIM_STATES, AttemptOutcome, AttemptState
 from akka_training.storage.db import Database
-from akka_training.storage.models import Attempt, RolloutStep, Run, Snapshot, Step
+from akka_training.storage.models import Attempt, Claim, RolloutStep, Run, Snapshot, Step
+from akka_training.storage.tokens import revoke_attempt_tokens
 from akka_training.storage.transitions import (
     current_claim,
     event,
@@ -22,31 +24,117 @@ from akka_training.storage.transitions import (
     release_claim,
 )
 
+# Runs read per statement when views are loaded together (well below every database's limit on
+# the parameters of one statement).
+VIEW_BATCH = 500
+
 
 def load_view(session: Session, run: Run) -> RunView:
-    attempt = session.get(Attempt, (run.id, run.attempt)) if run.attempt else None
-    claim = current_claim(session, run.id)
-    return RunView(
-        id=run.id,
-        phase=run.phase,
-        requested=run.requested,
-        attempt=AttemptView(
-            number=attempt.number,
-            state=attempt.state,
-            handle=attempt.handle,
-            launch_tries=attempt.launch_tries,
-            next_try_at=attempt.next_try_at,
-            outcome=attempt.outcome,
-            stop_sent=attempt.stop_sent,
-            heartbeat_at=attempt.heartbeat_at,
+    return load_views(session, [run.id])[0]
+
+
+def load_views(session: Session, run_ids: Sequence[str]) -> list[RunView]:
+    """The views of `run_ids` (in that order; ids of runs that no longer exist are left out),
+    read with one statement per table for each `VIEW_BATCH` of runs, whatever their number: a
+    controller pass reads every open run this way."""
+    views: list[RunView] = []
+    for start in range(0, len(run_ids), VIEW_BATCH):
+        views.extend(_load_batch(session, list(run_ids[start : start + VIEW_BATCH])))
+    return views
+
+
+def _load_batch(session: Session, ids: list[str]) -> list[RunView]:
+    runs = {
+        row.id: row
+        for row in session.execute(
+            select(
+                Run.id,
+                Run.phase,
+                Run.requested,
+                Run.attempt,
+                Run.last_step_at,
+                Run.stalled_since,
+                Run.pool,
+            ).where(Run.id.in_(ids))
         )
-        if attempt
-        else None,
-        claim_state=claim.state if claim else None,
-        claim_created_at=claim.created_at if claim else None,
-        last_step_at=run.last_step_at,
-        stalled=run.stalled_since is not None,
-    )
+    }
+    attempts = {
+        a.run_id: a
+        for a in session.execute(
+            select(
+                Attempt.run_id,
+                Attempt.number,
+                Attempt.state,
+                Attempt.handle,
+                Attempt.launch_tries,
+                Attempt.next_try_at,
+                Attempt.outcome,
+                Attempt.stop_sent,
+                Attempt.heartbeat_at,
+            )
+            .join(Run, (Run.id == Attempt.run_id) & (Run.attempt == Attempt.number))
+            .where(Run.id.in_(ids))
+        )
+    }
+    # A run's current claim is its newest open one (`transitions.current_claim`).
+    claims: dict[str, Any] = {}
+    for c in session.execute(
+        select(Claim.run_id, Claim.state, Claim.created_at, Claim.devices)
+        .where(Claim.run_id.in_(ids), Claim.state.in_(OPEN_CLAIM_STATES))
+        .order_by(desc(Claim.id))
+    ):
+        claims.setdefault(c.run_id, c)
+    ended: dict[str, list[str | None]] = {}
+    for run_id, outcome in session.execute(
+        select(Attempt.run_id, Attempt.outcome)
+        .where(Attempt.run_id.in_(ids), Attempt.state == AttemptState.EXITED)
+        .order_by(Attempt.run_id, desc(Attempt.number))
+    ):
+        ended.setdefault(run_id, []).append(outcome)
+    views = []
+    for run_id in ids:
+        run = runs.get(run_id)
+        if run is None:
+            continue
+        attempt = attempts.get(run_id) if run.attempt else None
+        claim = claims.get(run_id)
+        views.append(
+            RunView(
+                id=run.id,
+                phase=run.phase,
+                requested=run.requested,
+                attempt=AttemptView(
+                    number=attempt.number,
+                    state=attempt.state,
+                    handle=attempt.handle,
+                    launch_tries=attempt.launch_tries,
+                    next_try_at=attempt.next_try_at,
+                    outcome=attempt.outcome,
+                    stop_sent=attempt.stop_sent,
+                    heartbeat_at=attempt.heartbeat_at,
+                )
+                if attempt
+                else None,
+                claim_state=claim.state if claim else None,
+                claim_created_at=claim.created_at if claim else None,
+                last_step_at=run.last_step_at,
+                stalled=run.stalled_since is not None,
+                crashes=_crashes(ended.get(run_id, [])),
+                claim_devices=claim.devices if claim else 0,
+                pool=run.pool,
+            )
+        )
+    return views
+
+
+def _crashes(outcomes: list[str | None]) -> int:
+    """`outcomes`: the ended attempts' outcomes, newest first."""
+    count = 0
+    for outcome in outcomes:
+        if outcome != AttemptOutcome.CRASHED:
+            break
+        count += 1
+    return count
 
 
 def apply(db: Database, view: RunView, decision: Decision, now: datetime | None = None) -> None:
@@ -62,9 +150,16 @@ def apply(db: Database, view: RunView, decision: Decision, now: datetime | None 
             attempt.state = AttemptState.EXITED
             attempt.ended_at = now
             attempt.outcome = attempt.outcome or (
-                AttemptOutcome.LOST if decision.rule == RuleName.REQUEUE else AttemptOutcome.CRASHED
+                AttemptOutcome.LOST
+                if decision.rule == RuleName.REQUEUE and not decision.retry
+                else AttemptOutcome.CRASHED
             )
-        if decision.rule:
+            revoke_attempt_tokens(session, run.id, attempt.number, now)
+        if decision.retry and attempt is not None and decision.note:
+            event(session, run.id, "job", f"attempt {attempt.number} {decision.note}")
+        if decision.rule == RuleName.REQUEUE:
+            move(session, run, decision.rule, now=now)
+        elif decision.rule:
             move(
                 session, run, decision.rule, reason=decision.reason, detail=decision.detail, now=now
             )
@@ -76,7 +171,16 @@ def apply(db: Database, view: RunView, decision: Decision, now: datetime | None 
         if decision.rule == RuleName.REQUEUE:
             open_claim(session, run)
         if decision.new_attempt:
-            new_attempt(session, run, now)
+            created = new_attempt(session, run, now)
+            if decision.launch_delay:
+                created.next_try_at = now + timedelta(seconds=decision.launch_delay)
+                event(
+                    session,
+                    run.id,
+                    "job",
+                    f"attempt {created.number} launches in {decision.launch_delay:.3g} s "
+                    f"(back-off after {view.crashes} in a row that died without a report)",
+                )
 
 
 def new_attempt(session: Session, run: Run, now: datetime) -> Attempt:
@@ -149,6 +253,7 @@ def record_launch_failure(
             attempt.state = AttemptState.EXITED
             attempt.outcome = AttemptOutcome.NOT_STARTED
             attempt.ended_at = now
+            revoke_attempt_tokens(session, run_id, number, now)
             if run.phase not in (Phase.COMPLETED, Phase.FAILED, Phase.CANCELLED):
                 move(session, run, RuleName.FAIL, reason=reason, detail=detail, now=now)
             release_claim(session, run, current_claim(session, run_id), now)

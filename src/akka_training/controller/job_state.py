@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from akka_training.controller.classify import classify_exit
+from akka_training.controller.classify import classify_exit, retryable
 from akka_training.controller.views import Decision, Limits, Probe, RunView
 from akka_training.core.phases import RuleName
 from akka_training.core.states import AttemptOutcome, AttemptState
@@ -33,8 +33,11 @@ def cancel(view: RunView, probe: Probe) -> Decision:
     return Decision()
 
 
-def ended(view: RunView, probe: Probe) -> Decision | None:
-    """The decision for a job that is gone while its run still expects it, or None."""
+def ended(view: RunView, probe: Probe, limits: Limits) -> Decision | None:
+    """The decision for a job that is gone while its run still expects it, or None. A job that
+    died without a report runs again from the run's last snapshot, up to `job_retries` times in
+    a row (`retry_delay` apart); then, or at once when it ran out of memory, the run fails with
+    the cause."""
     if probe.status is None:
         return None
     if probe.status.state == "missing":
@@ -51,9 +54,33 @@ def ended(view: RunView, probe: Probe) -> Decision | None:
         # The job reported its end; the report moved the run. Only the bookkeeping is left.
         return Decision(attempt_exited=True, release_claim=True)
     reason, detail = classify_exit(probe.status, probe.log_tail)
+    if retryable(reason) and view.crashes < limits.job_retries:
+        cause = detail.splitlines()[0] if detail else reason.sentence
+        return Decision(
+            rule=RuleName.REQUEUE,
+            attempt_exited=True,
+            release_claim=True,
+            retry=True,
+            note=(
+                f"died without a report ({cause}); the run goes on from its last snapshot in a "
+                f"new attempt (retry {view.crashes + 1} of {limits.job_retries})"
+            ),
+        )
+    if view.crashes:
+        attempts = view.crashes + 1
+        detail = (
+            f"the job died without a report on {attempts} attempts in a row; the last:\n{detail}"
+        )
     return Decision(
         rule=RuleName.FAIL, reason=reason, detail=detail, attempt_exited=True, release_claim=True
     )
+
+
+def retry_delay(crashes: int, limits: Limits) -> float | None:
+    """The back-off before the launch of the attempt after `crashes` deaths in a row."""
+    if crashes <= 0:
+        return None
+    return limits.retry_base_seconds * 2 ** (crashes - 1)
 
 
 def stalled(view: RunView, now: datetime, limits: Limits) -> bool | None:

@@ -16,12 +16,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
 
 from akka_training.backends.base import ClusterUnreachable, JobStatus, LaunchRefused, ObservedPool
 from akka_training.controller import paused, pausing, preparing, queued, terminal, training
 from akka_training.controller.apply import (
     apply,
-    load_view,
+    load_views,
     record_launch_failure,
     record_launched,
     record_stop_sent,
@@ -33,6 +34,7 @@ from akka_training.controller.tasks import reconcile_tasks
 from akka_training.controller.views import Decision, Limits, Probe, RunView
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.states import OPEN_CLAIM_STATES, AttemptState, ClaimState
+from akka_training.deployment.cleanup import clean_crash_leftovers
 from akka_training.deployment.context import AppContext
 from akka_training.scheduler.admission import PoolState, Waiting, admit, free_device_ids
 from akka_training.storage.models import Attempt, Claim, Project, Run
@@ -62,6 +64,7 @@ class Controller:
         self.interval = cfg.interval_seconds
         self.limits = Limits(
             start_retries=cfg.start_retries,
+            job_retries=cfg.job_retries,
             retry_base_seconds=cfg.retry_base_seconds,
             stall_seconds=cfg.stall_seconds,
             unreachable_seconds=cfg.unreachable_seconds,
@@ -78,6 +81,7 @@ class Controller:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._ticks = 0
+        self._cleaned_at = time.monotonic()  # the start-up cleanup just ran
         self.hooks: list[Callable[[], None]] = []  # extra work each pass (pipelines)
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -124,16 +128,25 @@ class Controller:
         self._ticks += 1
         self._observe()
         self._admit()
-        for run_id in self._runs_needing_work():
+        # Every run's view in one read (a statement per table, not per run), then each run's
+        # decision; a decision that acts re-reads its rows in its own transaction (`apply`).
+        with self.ctx.db.session() as session:
+            views = load_views(session, self._runs_needing_work(session))
+        for view in views:
             try:
-                self.reconcile(run_id)
+                self._reconcile_view(view)
             except Exception:
-                log.exception("reconciling run %s failed", run_id)
+                log.exception("reconciling run %s failed", view.id)
         reconcile_tasks(self.ctx, self.limits)
         for hook in self.hooks:
             hook()
         if self._ticks % 20 == 0:
             sweep_snapshots(self.ctx)
+        storage = self.ctx.settings.trainer.storage
+        if time.monotonic() - self._cleaned_at > storage.cleanup_every_seconds:
+            # What a killed job or a killed upload left, past its grace, as at start-up.
+            self._cleaned_at = time.monotonic()
+            clean_crash_leftovers(self.ctx.blobs, self.ctx.db, storage.cleanup_grace_seconds)
 
     def _observe(self) -> None:
         try:
@@ -154,15 +167,27 @@ class Controller:
         if observed is None:
             return
         with self.ctx.db.session() as session:
-            claims = list(
-                session.scalars(
-                    select(Claim).where(Claim.state.in_(OPEN_CLAIM_STATES)).order_by(Claim.id)
+            # The open claims' columns only: the pass writes just the claims it grants.
+            claims = session.execute(
+                select(
+                    Claim.id,
+                    Claim.run_id,
+                    Claim.project,
+                    Claim.pool,
+                    Claim.devices,
+                    Claim.state,
+                    Claim.device_ids,
                 )
-            )
+                .where(Claim.state.in_(OPEN_CLAIM_STATES))
+                .order_by(Claim.id)
+            ).all()
+            # A claim larger than any node of its pool is never granted (the QUEUED rule
+            # fails its run): the cluster would keep its job waiting for devices no node has.
             queue = [
                 Waiting(c.id, c.project, c.pool, c.devices)
                 for c in claims
                 if c.state == ClaimState.QUEUED
+                and not _above_every_node(observed, c.pool, c.devices)
             ]
             if not queue:
                 return
@@ -182,44 +207,47 @@ class Controller:
                 if c.state == ClaimState.GRANTED:
                     held[c.project] = held.get(c.project, 0) + c.devices
             now = datetime.now(UTC)
-            by_id = {c.id: c for c in claims}
             for grant in admit(pools, queue, quotas, held):
-                claim = by_id[grant.claim_id]
+                claim = session.get(Claim, grant.claim_id)
+                if claim is None:
+                    continue
                 claim.state = ClaimState.GRANTED
                 claim.device_ids = list(grant.device_ids)
                 claim.granted_at = now
-                run = session.get(Run, claim.run_id)
+                # An evaluation's claim (no run): its task launches on the tasks' pass below.
+                run = session.get(Run, claim.run_id) if claim.run_id is not None else None
                 if self.ctx.telemetry is not None and run is not None:
                     with self.ctx.telemetry.span("run.admit", run, **{POOL_NAME: claim.pool}):
                         pass
 
-    def _runs_needing_work(self) -> list[str]:
-        with self.ctx.db.session() as session:
-            open_runs = session.scalars(
-                select(Run.id).where(Run.phase.not_in([p.value for p in TERMINAL]))
-            ).all()
-            # Ended runs whose devices or processes are not yet given back.
-            lingering = session.scalars(
-                select(Run.id)
-                .join(Claim, Claim.run_id == Run.id, isouter=True)
-                .join(
-                    Attempt,
-                    (Attempt.run_id == Run.id) & (Attempt.number == Run.attempt),
-                    isouter=True,
-                )
-                .where(
-                    Run.phase.in_([p.value for p in TERMINAL]),
-                    or_(Claim.state.in_(OPEN_CLAIM_STATES), Attempt.state == AttemptState.LAUNCHED),
-                )
-            ).all()
+    def _runs_needing_work(self, session: Session) -> list[str]:
+        open_runs = session.scalars(
+            select(Run.id).where(Run.phase.not_in([p.value for p in TERMINAL]))
+        ).all()
+        # Ended runs whose devices or processes are not yet given back.
+        lingering = session.scalars(
+            select(Run.id)
+            .join(Claim, Claim.run_id == Run.id, isouter=True)
+            .join(
+                Attempt,
+                (Attempt.run_id == Run.id) & (Attempt.number == Run.attempt),
+                isouter=True,
+            )
+            .where(
+                Run.phase.in_([p.value for p in TERMINAL]),
+                or_(Claim.state.in_(OPEN_CLAIM_STATES), Attempt.state == AttemptState.LAUNCHED),
+            )
+        ).all()
         return list(dict.fromkeys([*open_runs, *lingering]))
 
     def reconcile(self, run_id: str) -> None:
+        """One run's part of a pass, read afresh."""
         with self.ctx.db.session() as session:
-            run = session.get(Run, run_id)
-            if run is None:
-                return
-            view = load_view(session, run)
+            views = load_views(session, [run_id])
+        if views:
+            self._reconcile_view(views[0])
+
+    def _reconcile_view(self, view: RunView) -> None:
         probe = self._probe(view)
         now = datetime.now(UTC)
         decision = PHASES[view.phase](view, probe, now, self.limits)
@@ -240,7 +268,11 @@ class Controller:
     def _probe(self, view: RunView) -> Probe:
         attempt = view.attempt
         if attempt is None or attempt.state != AttemptState.LAUNCHED or not attempt.handle:
-            return Probe(cluster_unreachable_since=self._unreachable_since)
+            seen = (self._observed or {}).get(view.pool)
+            return Probe(
+                cluster_unreachable_since=self._unreachable_since,
+                largest_node=seen.largest_node if seen is not None else None,
+            )
         try:
             status: JobStatus = self.ctx.backend.status(attempt.handle)
         except ClusterUnreachable:
@@ -286,3 +318,9 @@ class Controller:
             record_launch_failure(self.ctx.db, run_id, number, str(exc), True, retries, base)
             return
         record_launched(self.ctx.db, run_id, number, handle)
+
+
+def _above_every_node(observed: dict[str, ObservedPool], pool: str, devices: int) -> bool:
+    seen = observed.get(pool)
+    largest = seen.largest_node if seen is not None else None
+    return bool(largest) and devices > (largest or 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from akka_training.controller import job_state
-from akka_training.controller.classify import classify_exit
+from akka_training.controller.classify import classify_exit, retryable
 from akka_training.controller.views import Decision, Limits, Probe, RunView
 from akka_training.core.phases import RuleName
 from akka_training.core.states import AttemptState, Request
@@ -23,6 +23,9 @@ def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decis
         if attempt.outcome is not None or attempt.stop_sent or status.state == "missing":
             return Decision(rule=RuleName.PAUSED, attempt_exited=True, release_claim=True)
         reason, detail = classify_exit(status, probe.log_tail)
+        if retryable(reason):
+            # It died before it could stop as asked: the run pauses at its last snapshot.
+            return Decision(rule=RuleName.PAUSED, attempt_exited=True, release_claim=True)
         return Decision(
             rule=RuleName.FAIL,
             reason=reason,

@@ -14,4 +14,4 @@ def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decis
         return job_state.cancel(view, probe)
     if job_state.launch_due(view, now):
         return Decision(launch=True)
-    return job_state.ended(view, probe) or Decision()
+    return job_state.ended(view, probe, limits) or Decision()

@@ -1,8 +1,12 @@
 """Tasks (`core.tasks`): each pass launches the pending ones through the backend and watches
-the running ones, like a run's attempts but simpler: a task holds no claim (it needs no
-devices; its job runs on the CPUs of a node of its pool), has one attempt, and ends by its own
-report (SUCCEEDED, FAILED) or, when its job exits without one, FAILED with the job's last
-words. A cancel stops the job and ends the task once the job is gone.
+the running ones, like a run's attempts but simpler: one attempt, ended by its own report
+(SUCCEEDED, FAILED) or, when its job exits without one, FAILED with the job's last words. A
+cancel stops the job and ends the task once the job is gone.
+
+Most tasks hold no claim (their job runs on the CPUs of a node of their pool). An evaluation
+claims devices like a run (`storage.transitions.open_task_claim`): it is launched only once the
+scheduler granted its claim (the loop's admission pass), on the granted devices, and its claim
+is released once its job is gone, whatever ended it (a report, a failure, a cancel).
 
 `decide` is the pure part (a view and what the cluster said in, a `TaskDecision` out);
 `reconcile_tasks` loads, decides and applies, each in its own short transaction, with every
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from akka_training.backends.base import (
     ClusterUnreachable,
@@ -25,11 +29,18 @@ from akka_training.backends.base import (
     LaunchRequest,
 )
 from akka_training.controller.views import Limits
-from akka_training.core.states import TaskState
-from akka_training.core.tasks import TOKEN_ENV, TaskSpec
+from akka_training.core.states import (
+    OPEN_CLAIM_STATES,
+    TERMINAL_TASK_STATES,
+    ClaimState,
+    TaskState,
+)
+from akka_training.core.tasks import TOKEN_ENV, TaskSpec, TaskTelemetry
 from akka_training.deployment.context import AppContext
-from akka_training.storage.models import Task
-from akka_training.storage.tokens import create_task_token
+from akka_training.storage.models import Claim, Task
+from akka_training.storage.tokens import create_task_token, revoke_task_tokens
+from akka_training.storage.transitions import release_task_claim, task_claim
+from akka_training.telemetry.tracing import TRACEPARENT_ENV
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +59,8 @@ class TaskView:
     next_try_at: datetime | None
     reported: bool
     stop_sent: bool
+    # Its open claim's state (QUEUED, GRANTED), None when it holds none.
+    claim_state: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,15 +71,27 @@ class TaskDecision:
     end: TaskState | None = None
     failure: str | None = None
     detail: str | None = None
+    # The task has ended and its job is gone (or never ran): give its devices back.
+    release_claim: bool = False
 
 
 def decide(view: TaskView, status: JobStatus | None, log_tail: str, now: datetime) -> TaskDecision:
     """What to do for one open task this pass. `status` is None when the job was not asked
     about (not launched) or the cluster did not answer."""
     cancelling = view.requested == "cancel"
+    holds = view.claim_state is not None
+    if view.state in TERMINAL_TASK_STATES:
+        # Ended (by its report, or while it never ran): its claim goes once its job is gone.
+        if not holds:
+            return TaskDecision()
+        if view.handle is None or (status is not None and status.state in ("exited", "missing")):
+            return TaskDecision(release_claim=True)
+        return TaskDecision()
     if view.state == TaskState.PENDING and view.handle is None:
         if cancelling:
-            return TaskDecision(end=TaskState.CANCELLED)
+            return TaskDecision(end=TaskState.CANCELLED, release_claim=holds)
+        if view.claim_state == ClaimState.QUEUED:
+            return TaskDecision()  # waiting for devices, like a QUEUED run
         if view.next_try_at is None or view.next_try_at <= now:
             return TaskDecision(launch=True)
         return TaskDecision()
@@ -78,10 +103,12 @@ def decide(view: TaskView, status: JobStatus | None, log_tail: str, now: datetim
             return TaskDecision(stop_job=True)
         return TaskDecision()
     if view.reported:
-        return TaskDecision()  # its report ended it; the job is gone too
+        # Its report ended it; the job is gone too.
+        return TaskDecision(release_claim=holds)
     if cancelling:
-        return TaskDecision(end=TaskState.CANCELLED)
+        return TaskDecision(end=TaskState.CANCELLED, release_claim=holds)
     return TaskDecision(
+        release_claim=holds,
         end=TaskState.FAILED,
         failure="this task's job ended without reporting its result ("
         + _how(status)
@@ -91,12 +118,23 @@ def decide(view: TaskView, status: JobStatus | None, log_tail: str, now: datetim
 
 
 def reconcile_tasks(ctx: AppContext, limits: Limits) -> None:
-    """One pass over every open task."""
+    """One pass over every open task, and every ended one whose claim is still open."""
     with ctx.db.session() as session:
+        claims = {
+            c.task_id: c.state
+            for c in session.scalars(
+                select(Claim).where(Claim.task_id.is_not(None), Claim.state.in_(OPEN_CLAIM_STATES))
+            )
+        }
         views = [
-            _view(t)
+            _view(t, claims.get(t.id))
             for t in session.scalars(
-                select(Task).where(Task.state.in_([TaskState.PENDING, TaskState.RUNNING]))
+                select(Task).where(
+                    or_(
+                        Task.state.in_([TaskState.PENDING, TaskState.RUNNING]),
+                        Task.id.in_(list(claims)),
+                    )
+                )
             )
         ]
     for view in views:
@@ -114,6 +152,10 @@ def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
         task = session.get(Task, task_id)
         if task is None or task.state != TaskState.PENDING or task.handle is not None:
             return None
+        claim = task_claim(session, task.id)
+        if claim is not None and claim.state != ClaimState.GRANTED:
+            return None  # still waiting for its devices
+        devices = [int(i) for i in claim.device_ids] if claim is not None else []
         token = create_task_token(session, task.id, task.project)
         spec = TaskSpec(
             task_id=task.id,
@@ -124,19 +166,25 @@ def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
             storage_url=(ray.storage_url if ray and ray.storage_url else settings.storage_url),
             storage_s3=settings.trainer.storage.s3.options(),
             params=task.params,
+            telemetry=TaskTelemetry(
+                collector_endpoint=settings.trainer.telemetry.collector_endpoint,
+                traceparent=task.traceparent,
+            ),
         )
         return LaunchRequest(
             run_id=task.id,
             attempt=ATTEMPT,
             pool=task.pool,
-            devices=0,
-            device_ids=[],
+            devices=len(devices),
+            device_ids=devices,
             job_spec=spec.to_json(),
-            # No devices: the job sees no GPU even on a node that has some.
+            # Without a claim the job sees no GPU even on a node that has some; with one, the
+            # backend shows it its granted devices only.
             env={
                 **settings.trainer.storage.s3.job_env(),
                 TOKEN_ENV: token,
-                "CUDA_VISIBLE_DEVICES": "",
+                **({TRACEPARENT_ENV: task.traceparent} if task.traceparent else {}),
+                **({} if devices else {"CUDA_VISIBLE_DEVICES": ""}),
             },
             entry_module=TASK_JOB,
         )
@@ -158,6 +206,10 @@ def _reconcile(ctx: AppContext, view: TaskView, limits: Limits) -> None:
         except ClusterUnreachable:
             status = None
     decision = decide(view, status, tail, now)
+    if decision.release_claim and decision.end is None:
+        with ctx.db.session() as session:
+            release_task_claim(session, view.id, now)
+        return
     if decision.launch:
         _launch(ctx, view, limits)
     elif decision.stop_job and view.handle is not None:
@@ -179,6 +231,9 @@ def _reconcile(ctx: AppContext, view: TaskView, limits: Limits) -> None:
             task.last_error = decision.detail or task.last_error
             task.requested = None
             task.ended_at = now
+            revoke_task_tokens(session, task.id, now)
+            if decision.release_claim:
+                release_task_claim(session, task.id, now)
 
 
 def _launch(ctx: AppContext, view: TaskView, limits: Limits) -> None:
@@ -224,12 +279,14 @@ def _launch_failed(ctx: AppContext, task_id: str, error: str, limits: Limits) ->
                 f"last one said: {error})"
             )
             task.ended_at = now
+            revoke_task_tokens(session, task.id, now)
+            release_task_claim(session, task.id, now)
             return
         delay = limits.retry_base_seconds * 2 ** (task.launch_tries - 1)
         task.next_try_at = now + timedelta(seconds=delay)
 
 
-def _view(task: Task) -> TaskView:
+def _view(task: Task, claim_state: str | None = None) -> TaskView:
     return TaskView(
         id=task.id,
         state=task.state,
@@ -239,6 +296,7 @@ def _view(task: Task) -> TaskView:
         next_try_at=task.next_try_at,
         reported=task.reported,
         stop_sent=task.stop_sent,
+        claim_state=claim_state,
     )
 
 

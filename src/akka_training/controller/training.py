@@ -14,7 +14,7 @@ def process(view: RunView, probe: Probe, now: datetime, limits: Limits) -> Decis
         return job_state.cancel(view, probe)
     if job_state.launch_due(view, now):
         return Decision(launch=True)
-    gone = job_state.ended(view, probe)
+    gone = job_state.ended(view, probe, limits)
     if gone is not None:
         return gone
     if probe.status is not None and probe.status.state == "running":

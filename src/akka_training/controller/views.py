@@ -34,6 +34,10 @@ class RunView:
     claim_created_at: datetime | None
     last_step_at: datetime | None
     stalled: bool
+    # How many of the run's latest attempts in a row died without a report (and were retried).
+    crashes: int = 0
+    claim_devices: int = 0  # the devices the open claim asks for
+    pool: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,9 @@ class Probe:
     log_tail: str = ""
     # Since when the cluster has not answered `observe` (None: it answers).
     cluster_unreachable_since: datetime | None = None
+    # The most devices one node of the run's pool offered at the last look (None: unknown, or
+    # a pool of one host; 0: no node of the pool answers).
+    largest_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,8 @@ class Limits:
     stop_grace_seconds: float
     # How long a job that reported its end may take to exit before it is stopped.
     exit_grace_seconds: float = 30.0
+    # How often in a row a job that dies without a report is run again from its last snapshot.
+    job_retries: int = 3
 
 
 @dataclass
@@ -71,6 +80,13 @@ class Decision:
     attempt_exited: bool = False
     release_claim: bool = False
     stalled: bool | None = None
+    # The attempt died without a report and is run again (with REQUEUE): it ends as crashed,
+    # not lost, and counts towards `Limits.job_retries`.
+    retry: bool = False
+    # A line for the run's events (why it runs again).
+    note: str | None = None
+    # Seconds the new attempt waits before its launch (back-off after deaths in a row).
+    launch_delay: float | None = None
 
     def __bool__(self) -> bool:
         return bool(

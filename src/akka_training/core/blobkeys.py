@@ -10,6 +10,7 @@
     runs/<run>/snapshots/step-<N>/weights/       a snapshot's adapter
     runs/<run>/snapshots/step-<N>/training-state/  optimizer, scheduler, RNG, data position
     runs/<run>/rollouts/step-<N>.parquet         one step's scored rollouts
+    runs/<run>/regrades/<task>/step-<N>.parquet  a step's rollouts scored again by a regrade
     runs/<run>/attempts/<K>/<name>               what one attempt leaves (stall dumps, ...)
 
 The service, the engines and the scripted job all build keys here, so that a change of layout
@@ -41,6 +42,11 @@ def adapter_prefix(run_id: str) -> str:
 
 def tokenizer_prefix(run_id: str) -> str:
     return f"runs/{run_id}/tokenizer/"
+
+
+def evaluation_samples(evaluation_id: str) -> str:
+    """The scored samples of an evaluation (JSONL, one sample a line)."""
+    return f"evaluations/{evaluation_id}/samples.jsonl"
 
 
 def merged_prefix(run_id: str, snapshot: str | None) -> str:
@@ -75,6 +81,10 @@ def snapshot_keys(run_id: str, step: int) -> SnapshotKeys:
 
 def rollouts_key(run_id: str, step: int) -> str:
     return f"runs/{run_id}/rollouts/step-{step}.parquet"
+
+
+def regrade_prefix(run_id: str, task_id: str) -> str:
+    return f"runs/{run_id}/regrades/{task_id}/"
 
 
 def attempt_key(run_id: str, attempt: int, name: str) -> str:

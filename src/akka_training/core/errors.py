@@ -18,8 +18,11 @@ and exits 1.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from akka_training.core.limits import MAX_PROBLEMS
 
 
 @dataclass(frozen=True)
@@ -59,9 +62,21 @@ class PlanRefused(InvalidRequest):
     status = 422
 
     def __init__(self, problems: list[Problem], what: str = "plan") -> None:
-        lines = "\n".join(f"  - {p.message}" for p in problems)
+        shown = listed(problems)
+        lines = "\n".join(f"  - {p.message}" for p in shown)
         noun = "problem" if len(problems) == 1 else "problems"
-        super().__init__(f"The {what} was refused ({len(problems)} {noun}):\n{lines}", problems)
+        super().__init__(f"The {what} was refused ({len(problems)} {noun}):\n{lines}", shown)
+        # Every problem, where `problems` lists the first ones.
+        self.all_problems = list(problems)
+
+
+def listed(problems: list[Problem]) -> list[Problem]:
+    """At most `MAX_PROBLEMS` problems, the last one counting those left out: a submission
+    with a million unknown fields is refused in a few lines."""
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    left = len(problems) - (MAX_PROBLEMS - 1)
+    return [*problems[: MAX_PROBLEMS - 1], Problem("", f"... and {left} more problems")]
 
 
 class Unauthorized(AkkaError):
@@ -90,13 +105,45 @@ class PayloadTooLarge(AkkaError):
 
 
 class ServiceUnavailable(AkkaError):
+    """Something the service needs is busy or away for now; `retry_after` (seconds), when set,
+    is sent as the answer's ``Retry-After`` header, after which the same request may succeed."""
+
     code = "unavailable"
     status = 503
+
+    def __init__(
+        self, message: str, problems: list[Problem] | None = None, retry_after: int | None = None
+    ) -> None:
+        super().__init__(message, problems)
+        self.retry_after = retry_after
 
 
 class TrainerUnreachable(AkkaError):
     code = "unreachable"
     status = 0
+
+
+class StorageFull(AkkaError):
+    """The trainer's storage has no space left (HTTP 507, Insufficient Storage)."""
+
+    code = "storage-full"
+    status = 507
+
+
+# errno values that mean the storage has no room: no space left, a disk quota exceeded.
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def storage_full(exc: BaseException) -> OSError | None:
+    """The OSError saying that storage is full, in `exc` or an exception it wraps, or None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _FULL:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 _BY_CODE: dict[str, type[AkkaError]] = {
@@ -112,6 +159,7 @@ _BY_CODE: dict[str, type[AkkaError]] = {
         PayloadTooLarge,
         ServiceUnavailable,
         TrainerUnreachable,
+        StorageFull,
     )
 }
 
@@ -125,7 +173,8 @@ def error_from_json(body: dict[str, Any], status: int) -> AkkaError:
     cls = _BY_CODE.get(str(err.get("code")), AkkaError)
     message = str(err.get("message", f"HTTP {status}"))
     if cls is PlanRefused:
-        exc: AkkaError = AkkaError.__new__(PlanRefused)
-        AkkaError.__init__(exc, message, problems)
-        return exc
+        refused = PlanRefused.__new__(PlanRefused)
+        AkkaError.__init__(refused, message, problems)
+        refused.all_problems = problems  # what the service listed
+        return refused
     return cls(message, problems)

@@ -17,12 +17,14 @@ class FailureReason(StrEnum):
     DEVICE_OOM = "device-oom"
     HOST_OOM = "host-oom"
     JOB_CRASHED = "job-crashed"
+    JOB_KILLED = "job-killed"
     JOB_LOST = "job-lost"
     TRAINING_ERROR = "training-error"
     DATA_ERROR = "data-error"
     REWARD_ERROR = "reward-error"
     SOURCE_UNAVAILABLE = "source-unavailable"
     STORE_UNREACHABLE = "store-unreachable"
+    STORAGE_FULL = "storage-full"
     UPSTREAM_STAGE_FAILED = "upstream-stage-failed"
 
     @property
@@ -38,6 +40,11 @@ _SENTENCES: dict[FailureReason, str] = {
     FailureReason.DEVICE_OOM: "this run ran out of device memory (GPU memory)",
     FailureReason.HOST_OOM: "this run ran out of host memory",
     FailureReason.JOB_CRASHED: "this run's job stopped unexpectedly; its last log lines follow",
+    FailureReason.JOB_KILLED: (
+        "this run's job was killed (SIGKILL) though the trainer did not ask it to stop, and the "
+        "kernel recorded no out-of-memory kill; it was run again from its last snapshot as "
+        "often as trainer.controller.job-retries allows"
+    ),
     FailureReason.JOB_LOST: (
         "this run's job disappeared from the training cluster and could not be restarted"
     ),
@@ -48,6 +55,10 @@ _SENTENCES: dict[FailureReason, str] = {
     FailureReason.STORE_UNREACHABLE: (
         "this run's job could not reach the blob store; the detail names the store and the "
         "settings to check"
+    ),
+    FailureReason.STORAGE_FULL: (
+        "the storage this run writes to is full (no space left on the device); free space in "
+        "the blob store (trainer.storage.url) or lower execution.keepAdapters, then resume"
     ),
     FailureReason.UPSTREAM_STAGE_FAILED: (
         "an earlier stage of this run's pipeline did not complete, so this stage could not start"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -88,12 +89,86 @@ def problems_of(exc: ValidationError, model: type[BaseModel]) -> list[Problem]:
         elif kind == "literal_error":
             message = f"{field}: {err['msg'].replace('Input should be', 'set it to')}."
         else:
-            message = f"{field}: {err['msg']}."
+            message = field_message(field, err)
         key = (field, message)
         if key not in seen:
             seen.add(key)
             problems.append(Problem(field, message))
     return problems
+
+
+def field_message(field: str, err: Any) -> str:
+    """The sentence for one value that did not validate: what it is and what to set instead.
+    Shared by plans and request bodies (`server.errors`)."""
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    value = err.get("input")
+    if kind == "int_type":
+        return f"{field} is {_shown(value)}; set a whole number."
+    if kind == "float_type":
+        return f"{field} is {_shown(value)}; set a number."
+    if kind == "finite_number" or (kind in _BOUNDS and _not_finite(value)):
+        # A bound compares false with .nan, so it can be what refuses one.
+        return f"{field} is {_shown(value)}; set a finite number (not .nan or .inf)."
+    if kind in _BOUNDS:
+        word, key = _BOUNDS[kind]
+        return f"{field} is {_shown(value)}; set it to {word} {_shown(ctx[key])}."
+    if kind == "string_too_long":
+        return (
+            f"{field} is {len(value)} characters long; it holds at most "
+            f"{ctx['max_length']}. Shorten it."
+        )
+    if kind == "too_long":
+        noun = "entries" if isinstance(value, dict) else "items"
+        return (
+            f"{field} has {ctx.get('actual_length', len(value))} {noun}; it holds at most "
+            f"{ctx['max_length']}."
+        )
+    if kind == "value_error":
+        return f"{field}: {str(err['msg']).removeprefix('Value error, ')}."
+    return f"{field}: {err['msg']}."
+
+
+_BOUNDS = {
+    "less_than_equal": ("at most", "le"),
+    "less_than": ("less than", "lt"),
+    "greater_than_equal": ("at least", "ge"),
+    "greater_than": ("more than", "gt"),
+}
+
+
+def _not_finite(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return False
+    try:
+        return not math.isfinite(float(value))
+    except (ValueError, OverflowError):
+        return False
+
+
+def _shown(value: Any) -> str:
+    """A value as the user wrote it in YAML or JSON."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        if math.isinf(value):
+            return ".inf" if value > 0 else "-.inf"
+        return f"{value:g}"
+    if isinstance(value, int):
+        if value.bit_length() > 80:  # str() of a very long number raises past 4300 digits
+            return f"a number of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+        return str(value)
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:40] + "...")
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> list[Any]:

@@ -9,8 +9,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 from pydantic.alias_generators import to_camel
+
+from akka_training.core import limits
+from akka_training.core.bounds import (
+    Description,
+    Int,
+    ModelName,
+    Name,
+    Number,
+    Reference,
+    Url,
+)
 
 Method = Literal["sft", "grpo", "gspo"]
 RL_METHODS: frozenset[str] = frozenset({"grpo", "gspo"})
@@ -23,6 +34,9 @@ class PlanModel(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         validate_assignment=False,
+        # Validators are built when a plan is first read: the CLI and the client import these
+        # models for their types, and most commands read no plan.
+        defer_build=True,
     )
 
     def to_json(self) -> dict[str, Any]:
@@ -33,24 +47,39 @@ class PlanModel(BaseModel):
 
 
 class Lora(PlanModel):
-    rank: int = Field(8, ge=1, le=1024)
-    alpha: float = Field(16, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
+    rank: Int = Field(8, ge=1, le=1024)
+    alpha: Number = Field(16, gt=0, le=1_000_000)
+    dropout: Number = Field(0.0, ge=0, lt=1)
     target_modules: str | list[str] = "all-linear"
+
+    @field_validator("target_modules")
+    @classmethod
+    def _bounded_modules(cls, value: str | list[str]) -> str | list[str]:
+        names = [value] if isinstance(value, str) else value
+        if len(names) > limits.MAX_TARGET_MODULES:
+            raise ValueError(
+                f"{len(names)} module names are more than the {limits.MAX_TARGET_MODULES} a "
+                "plan may list; use a pattern such as all-linear"
+            )
+        if any(len(n) > limits.PATTERN_CHARS for n in names):
+            raise ValueError(
+                f"a module name or pattern holds at most {limits.PATTERN_CHARS} characters"
+            )
+        return value
 
 
 class SftOptimizer(PlanModel):
-    learning_rate: float = Field(1.0e-4, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    warmup_ratio: float = Field(0.0, ge=0, le=1)
+    learning_rate: Number = Field(1.0e-4, gt=0)
+    weight_decay: Number = Field(0.0, ge=0)
+    warmup_ratio: Number = Field(0.0, ge=0, le=1)
 
 
 class SftTraining(PlanModel):
-    epochs: float = Field(1, gt=0)
-    max_steps: int | None = Field(None, ge=1)
-    batch_size: int = Field(8, ge=1)
-    gradient_accumulation: int = Field(1, ge=1)
-    validation_frequency_steps: int = Field(50, ge=1)
+    epochs: Number = Field(1, gt=0, le=limits.MAX_EPOCHS)
+    max_steps: Int | None = Field(None, ge=1, le=limits.INT32_MAX)
+    batch_size: Int = Field(8, ge=1, le=limits.INT32_MAX)
+    gradient_accumulation: Int = Field(1, ge=1, le=limits.INT32_MAX)
+    validation_frequency_steps: Int = Field(50, ge=1, le=limits.INT32_MAX)
 
 
 class SftHyperparams(PlanModel):
@@ -60,27 +89,27 @@ class SftHyperparams(PlanModel):
 
 
 class Clip(PlanModel):
-    low: float = Field(0.2, ge=0)
-    high: float = Field(0.28, ge=0)
+    low: Number = Field(0.2, ge=0)
+    high: Number = Field(0.28, ge=0)
 
 
 class RlOptimizer(PlanModel):
-    learning_rate: float = Field(1.0e-5, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    warmup_ratio: float = Field(0.0, ge=0, le=1)
+    learning_rate: Number = Field(1.0e-5, gt=0)
+    weight_decay: Number = Field(0.0, ge=0)
+    warmup_ratio: Number = Field(0.0, ge=0, le=1)
 
 
 class RlTraining(PlanModel):
-    epochs: float = Field(1, gt=0)
-    max_steps: int | None = Field(None, ge=1)
+    epochs: Number = Field(1, gt=0, le=limits.MAX_EPOCHS)
+    max_steps: Int | None = Field(None, ge=1, le=limits.INT32_MAX)
 
 
 class RlHyperparams(PlanModel):
-    prompts_per_step: int = Field(8, ge=1)
-    generations_per_prompt: int = Field(8, ge=1)
-    max_completion_tokens: int = Field(512, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    kl_beta: float = Field(0.0, ge=0)
+    prompts_per_step: Int = Field(8, ge=1, le=limits.INT32_MAX)
+    generations_per_prompt: Int = Field(8, ge=1, le=limits.INT32_MAX)
+    max_completion_tokens: Int = Field(512, ge=1, le=limits.INT32_MAX)
+    temperature: Number = Field(1.0, gt=0)
+    kl_beta: Number = Field(0.0, ge=0)
     # None: the method's clip range (GRPO 0.2/0.28, GSPO 3e-4/4e-4), filled by defaults.
     clip: Clip | None = None
     lora: Lora = Field(default_factory=Lora)
@@ -92,8 +121,8 @@ class RlHyperparams(PlanModel):
 
 
 class _Term(PlanModel):
-    name: str = Field(min_length=1, max_length=64)
-    weight: float = 1.0
+    name: Name = Field(min_length=1)
+    weight: Number = Field(1.0, ge=-1_000_000, le=1_000_000)
 
 
 class MatchTerm(_Term):
@@ -107,7 +136,7 @@ class RegexTerm(_Term):
     """1 when `pattern` matches the completion (Python `re.search`, multiline)."""
 
     kind: Literal["regex"]
-    pattern: str
+    pattern: str = Field(max_length=limits.PATTERN_CHARS)
 
 
 class LengthTerm(_Term):
@@ -116,39 +145,41 @@ class LengthTerm(_Term):
     outside the range: 0 inside, rising to 1 over `slackTokens` outside."""
 
     kind: Literal["length"]
-    min_tokens: int = Field(0, ge=0)
-    max_tokens: int | None = Field(None, ge=1)
-    slack_tokens: int = Field(32, ge=1)
+    min_tokens: Int = Field(0, ge=0, le=limits.INT32_MAX)
+    max_tokens: Int | None = Field(None, ge=1, le=limits.INT32_MAX)
+    slack_tokens: Int = Field(32, ge=1, le=limits.INT32_MAX)
 
 
 class RuleTerm(_Term):
     """A Python function from a registered scoring bundle, run inside the training job."""
 
     kind: Literal["rule"]
-    bundle: str
-    function: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    bundle: Reference
+    function: Reference = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class JudgeTerm(_Term):
     """A model behind an OpenAI-compatible endpoint that returns a score in [0, 1]."""
 
     kind: Literal["judge"]
-    endpoint: str
-    model: str
-    instructions: str
-    timeout_seconds: float = Field(30.0, gt=0, le=600)
-    max_tokens: int = Field(256, ge=1)
+    endpoint: Url
+    model: Reference
+    instructions: str = Field(max_length=limits.TEXT_CHARS)
+    timeout_seconds: Number = Field(30.0, gt=0, le=600)
+    max_tokens: Int = Field(256, ge=1, le=limits.INT32_MAX)
     # Name of an environment variable of the job that holds the endpoint's API key.
-    api_key_env: str | None = None
+    api_key_env: Reference | None = None
 
 
 class HttpTerm(_Term):
     """An evaluator that receives {input, output, expected} and returns score (or ok)."""
 
     kind: Literal["http"]
-    url: str
-    timeout_seconds: float = Field(30.0, gt=0, le=600)
-    headers: dict[str, str] = Field(default_factory=dict)
+    url: Url
+    timeout_seconds: Number = Field(30.0, gt=0, le=600)
+    headers: dict[Reference, Annotated[str, Field(max_length=limits.URL_CHARS)]] = Field(
+        default_factory=dict, max_length=limits.MAX_HEADERS
+    )
 
 
 RewardTerm = Annotated[
@@ -158,18 +189,69 @@ RewardTerm = Annotated[
 
 
 class Reward(PlanModel):
-    terms: list[RewardTerm] = Field(default_factory=list)
+    terms: list[RewardTerm] = Field(default_factory=list, max_length=limits.MAX_REWARD_TERMS)
     # How many terms score at once in one job.
-    max_concurrency: int = Field(16, ge=1, le=256)
+    max_concurrency: Int = Field(16, ge=1, le=256)
 
 
 class Tool(PlanModel):
     """A tool the policy may call during a rollout: a function from a registered bundle."""
 
-    name: str = Field(pattern=r"^[A-Za-z_]\w*$")
-    bundle: str
-    function: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    timeout_seconds: float = Field(10.0, gt=0, le=600)
+    name: Name = Field(pattern=r"^[A-Za-z_]\w*$")
+    bundle: Reference
+    function: Reference = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    timeout_seconds: Number = Field(10.0, gt=0, le=600)
+
+
+# --- health monitors ----------------------------------------------------------------------------
+
+MonitorName = Literal[
+    "answer-collapse",
+    "zero-spread",
+    "length-drift",
+    "length-clipped",
+    "entropy-collapse",
+    "judge-failures",
+    "judge-latency",
+    "reward-hacking",
+]
+MONITOR_NAMES: tuple[str, ...] = MonitorName.__args__  # type: ignore[attr-defined]
+
+
+class MonitorThresholds(PlanModel):
+    """Where each health monitor trips (docs/health-monitors.md defines every figure)."""
+
+    # health/distinct_answers/step at or below this: the step's completions end in few answers.
+    answer_collapse: Number = Field(0.2, ge=0, le=1)
+    # groups/frac_zero_std at or above this: most groups carry no learning signal.
+    zero_spread: Number = Field(0.9, ge=0, le=1)
+    # health/length_drift (mean length over the baseline's) at or above this, or at or below
+    # its inverse.
+    length_drift: Number = Field(2.0, gt=1, le=1e6)
+    # completions/clipped_ratio at or above this: completions run into maxCompletionTokens.
+    length_clipped: Number = Field(0.5, ge=0, le=1)
+    # entropy (nats per token, where the engine reports it) at or below this.
+    entropy_collapse: Number = Field(0.05, ge=0, le=1e6)
+    # health/judge_failures (the worst judge or http term's failure share) at or above this.
+    judge_failures: Number = Field(0.2, ge=0, le=1)
+    # health/judge_latency_p95 (seconds, the slowest judge or http term) at or above this.
+    judge_latency: Number = Field(20.0, gt=0, le=1e6)
+    # health/hacking_gap (reward rise minus the correctness term's rise) at or above this.
+    reward_hacking: Number = Field(0.2, gt=0, le=1e6)
+
+
+class Monitors(PlanModel):
+    """Health monitors of a reinforcement run. Every monitor is computed and published each
+    step; the ones named in `pause_on` pause the run (a snapshot, then PAUSED) once they stay
+    past their threshold for `consecutive_steps` steps in a row."""
+
+    pause_on: list[MonitorName] = Field(default_factory=list, max_length=len(MONITOR_NAMES))
+    thresholds: MonitorThresholds = Field(default_factory=MonitorThresholds)
+    consecutive_steps: Int = Field(3, ge=1, le=limits.INT32_MAX)
+    # Steps whose mean length and reward are the baseline of length drift and reward hacking.
+    baseline_steps: Int = Field(3, ge=1, le=limits.INT32_MAX)
+    # The term reward hacking watches; None: the plan's first match term.
+    correctness_term: Name | None = None
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -181,27 +263,29 @@ class ModelSettings(PlanModel):
 
 
 class RunConfig(PlanModel):
-    dataset: str
-    eval_dataset: str | None = None
+    dataset: Reference
+    eval_dataset: Reference | None = None
     method: Method
     # None: the smaller of 2048 and the base model's context length.
-    max_seq_length: int | None = Field(None, ge=16)
+    max_seq_length: Int | None = Field(None, ge=16, le=limits.INT32_MAX)
     model: ModelSettings = Field(default_factory=ModelSettings)
     hyperparams: SftHyperparams | None = None
     rl_hyperparams: RlHyperparams | None = None
     reward: Reward | None = None
-    tools: list[Tool] = Field(default_factory=list)
-    seed: int = 42
+    tools: list[Tool] = Field(default_factory=list, max_length=limits.MAX_TOOLS)
+    # Health monitors (grpo and gspo); None: every monitor published, none pauses.
+    monitors: Monitors | None = None
+    seed: Int = Field(42, ge=0, le=limits.SEED_MAX)
 
 
 class Execution(PlanModel):
-    gpus: int = Field(1, ge=1, le=64)
+    gpus: Int = Field(1, ge=1, le=64)
     # None: the deployment's default pool.
-    pool: str | None = None
-    save_every: int = Field(20, ge=1)
-    keep_adapters: int = Field(4, ge=1)
-    rollout_gpus: int = Field(0, ge=0)
-    staleness_threshold: int = Field(0, ge=0)
+    pool: Name | None = None
+    save_every: Int = Field(20, ge=1, le=limits.INT32_MAX)
+    keep_adapters: Int = Field(4, ge=1, le=limits.INT32_MAX)
+    rollout_gpus: Int = Field(0, ge=0, le=limits.INT32_MAX)
+    staleness_threshold: Int = Field(0, ge=0, le=limits.INT32_MAX)
 
 
 class Source(PlanModel):
@@ -209,18 +293,18 @@ class Source(PlanModel):
     With `snapshot`: a branch from its weights, or with ``restore: trainingState`` a
     continuation of its full training state."""
 
-    run: str
-    snapshot: str | None = None
+    run: Reference
+    snapshot: Name | None = None
     restore: Literal["weights", "trainingState"] = "weights"
 
 
 class RunPlan(PlanModel):
     kind: Literal["run"] = "run"
-    project: str
-    base_model: str
-    model_name: str | None = None
-    description: str | None = None
-    submission_id: str | None = Field(None, max_length=128)
+    project: Name
+    base_model: ModelName
+    model_name: ModelName | None = None
+    description: Description | None = None
+    submission_id: ModelName | None = None
     source: Source | None = None
     config: RunConfig
     execution: Execution = Field(default_factory=Execution)
@@ -230,11 +314,11 @@ class RunPlan(PlanModel):
 
 
 class TrainStage(PlanModel):
-    name: str
+    name: Name
     type: Literal["train"] = "train"
-    base_model: str
-    model_name: str | None = None
-    description: str | None = None
+    base_model: ModelName
+    model_name: ModelName | None = None
+    description: Description | None = None
     source: Source | None = None
     config: RunConfig
     execution: Execution = Field(default_factory=Execution)
@@ -251,10 +335,59 @@ class TrainStage(PlanModel):
         )
 
 
+class StageGate(PlanModel):
+    """The stages after an evaluate stage start only when its `metric`'s mean is at least
+    `min`."""
+
+    metric: Name
+    min: Number
+
+
+class EvaluateStage(PlanModel):
+    """An evaluation (`core.evaluations`) of an earlier train stage's final adapter
+    (`source: "@STAGE"`), on the base model of that stage. `generation` and `metrics` are an
+    evaluation plan's, checked as such."""
+
+    name: Name
+    type: Literal["evaluate"]
+    source: Reference
+    dataset: Reference
+    generation: dict[str, Any] = Field(default_factory=dict)
+    metrics: list[dict[str, Any]] = Field(min_length=1, max_length=limits.MAX_REWARD_TERMS)
+    gate: StageGate | None = None
+    execution: dict[str, Any] = Field(default_factory=dict)
+
+    def evaluation_document(self, project: str, base_model: str) -> dict[str, Any]:
+        """The evaluation plan of this stage, without its source (the stage's run is pinned
+        once it completes)."""
+        return {
+            "kind": "evaluation",
+            "project": project,
+            "name": self.name,
+            "baseModel": base_model,
+            "dataset": self.dataset,
+            "generation": self.generation,
+            "metrics": self.metrics,
+            "execution": self.execution,
+        }
+
+
+def _stage_type(value: Any) -> str:
+    found = value.get("type", "train") if isinstance(value, dict) else value.type
+    return f"[{found}]"
+
+
+# The tags are in brackets so that error paths leave them out (`core.parsing`).
+Stage = Annotated[
+    Annotated[TrainStage, Tag("[train]")] | Annotated[EvaluateStage, Tag("[evaluate]")],
+    Discriminator(_stage_type),
+]
+
+
 class PipelinePlan(PlanModel):
     kind: Literal["pipeline"]
-    project: str
-    name: str | None = None
-    description: str | None = None
-    submission_id: str | None = Field(None, max_length=128)
-    stages: list[TrainStage] = Field(min_length=1)
+    project: Name
+    name: ModelName | None = None
+    description: Description | None = None
+    submission_id: ModelName | None = None
+    stages: list[Stage] = Field(min_length=1, max_length=limits.MAX_STAGES)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from akka_training.core.limits import INT32_MAX
+
 _NAME = r"[a-z0-9][a-z0-9._-]{0,62}"
 NAME_RE = re.compile(rf"^{_NAME}$")
 _REF_RE = re.compile(
@@ -57,6 +59,12 @@ def parse_ref(text: str) -> Ref:
     alias = None
     if tag:
         if re.fullmatch(r"v[0-9]+", tag):
+            # Versions are stored in an INTEGER column; a longer number names none.
+            if len(tag) > 11 or int(tag[1:]) > INT32_MAX:
+                raise BadReference(
+                    f"{text[:80]!r} names a version past the largest there can be "
+                    f"({INT32_MAX}); check the version number"
+                )
             version = int(tag[1:])
         else:
             alias = tag

@@ -44,11 +44,24 @@ class TrainingReport(PlanModel):
     adapter_modules: list[str] = Field(default_factory=list)
 
 
+class MonitorPause(PlanModel):
+    """A health monitor named in ``config.monitors.pauseOn`` stayed past its threshold: the
+    job saves a snapshot at this step and stops, and the service pauses the run."""
+
+    monitor: str
+    figure: str
+    value: float
+    threshold: float
+    step: int = Field(ge=1)
+    reason: str  # the sentence `runs get` shows
+
+
 class StepReport(PlanModel):
     step: int = Field(ge=1)
     total_steps: int | None = None
     # Flat figures by name (loss, reward, learning_rate, tokens, timing/..., memory/...).
     metrics: dict[str, float] = Field(default_factory=dict)
+    pause: MonitorPause | None = None
 
 
 class SnapshotReport(PlanModel):

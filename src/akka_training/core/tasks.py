@@ -1,5 +1,5 @@
 """Tasks: work the service has done on the cluster that is not a training run (a merge of an
-adapter into its base model today; evaluations and re-grading later).
+adapter into its base model, a re-grading of a run's kept rollouts; evaluations later).
 
 A task is one job on the cluster backend, started by the controller like a run's attempt but
 with its own spec (`TaskSpec`, written to ``task.json`` beside it), its own token (scoped to
@@ -9,7 +9,8 @@ report, `finished` with its result or `failed` with a sentence for the user. Eac
 `TaskDirective`: carry on, or stop (the task was cancelled). A task needs no devices: it holds
 no claim, runs on the CPUs of a node of its pool, and never runs inside the service.
 
-Each kind of task has its parameters and result here (`MergeParams`, `MergeResult`), its job
+Each kind of task has its parameters and result here (`MergeParams`, `MergeResult`,
+`RegradeParams`, `RegradeResult`), its job
 code in `akka_training.engines.tasks`, and its requests in the service.
 """
 
@@ -19,13 +20,21 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from akka_training.core.plans import PlanModel
+from akka_training.core.plans import PlanModel, Reward
 from akka_training.core.reports import Placement
-from akka_training.core.resolved import BaseModelPin
+from akka_training.core.resolved import BaseModelPin, BundlePin, Settings
 from akka_training.core.storage import S3Options
 
 TOKEN_ENV = "AKKA_TASK_TOKEN"
 TaskAction = Literal["continue", "stop"]
+
+
+class TaskTelemetry(PlanModel):
+    """Where a task's job publishes its metrics and spans (an evaluation's do), and the trace
+    it joins: the traceparent of the span its submission was stored in."""
+
+    collector_endpoint: str | None = None
+    traceparent: str | None = None
 
 
 class TaskSpec(PlanModel):
@@ -40,6 +49,7 @@ class TaskSpec(PlanModel):
     # How to reach an S3 store (the credentials travel in the job's environment).
     storage_s3: S3Options = Field(default_factory=S3Options)
     params: dict[str, Any] = Field(default_factory=dict)
+    telemetry: TaskTelemetry = Field(default_factory=TaskTelemetry)
 
 
 # --- reports -----------------------------------------------------------------------------------
@@ -116,3 +126,113 @@ def base_model_unavailable(model_id: str, path: str, where: str, run_id: str | N
         f"Download the adapter instead (`{download}`) and merge it where the base model is, "
         "or make the model's directory readable on the cluster's nodes."
     )
+
+
+# --- the regrade -------------------------------------------------------------------------------
+
+REGRADE = "regrade"
+
+
+class RegradeSource(PlanModel):
+    step: int
+    blob: str  # the run's step file
+
+
+class RegradeParams(PlanModel):
+    """Score the rollouts kept in `steps` again with `reward` (its rule terms' bundles pinned in
+    `bundles`, as a run's settings pin them), and keep the new step files under the task's
+    own prefix (`blobkeys.regrade_prefix`). The run's own step files are only read."""
+
+    reward: Reward
+    bundles: dict[str, BundlePin] = Field(default_factory=dict)
+    steps: list[RegradeSource]
+
+
+class RegradeStep(PlanModel):
+    """One step's figures before and after: the reward mean and each term's mean share (weight
+    x value, averaged over the step's rollouts), and the terms that failed (term -> count)."""
+
+    step: int
+    count: int
+    old_mean: float
+    new_mean: float
+    old_shares: dict[str, float]
+    new_shares: dict[str, float]
+    new_failures: dict[str, int] = Field(default_factory=dict)
+
+
+class RegradeResult(PlanModel):
+    output: str
+    old_weights: dict[str, float]
+    new_weights: dict[str, float]
+    old_mean: float
+    new_mean: float
+    steps: list[RegradeStep]
+
+
+# --- the reward preview ------------------------------------------------------------------------
+
+PREVIEW = "preview"
+
+
+class PreviewParams(PlanModel):
+    """Score `rows` sampled rows of the dataset blob `dataset` with `reward`: each row's
+    reference answer (where it has one), an empty completion and the prompt itself."""
+
+    reward: Reward
+    bundles: dict[str, BundlePin] = Field(default_factory=dict)
+    dataset: str
+    rows: int = Field(8, ge=1, le=1000)
+    # For the estimate of memory and step time: the run's settings, the device memory its
+    # catalog envelope qualifies per GPU (GiB; None or 0: not stated) and its pool's accelerator.
+    settings: Settings | None = None
+    envelope_gpu_memory_gib: float | None = None
+    accelerator: str | None = None
+
+
+class PreviewTerm(PlanModel):
+    """One term's raw values over the sampled rows, per kind of completion (``reference``,
+    ``empty``, ``prompt``): count, min, mean, max; and the flags it raised, as sentences."""
+
+    name: str
+    weight: float
+    values: dict[str, dict[str, float]]
+    flags: list[str] = Field(default_factory=list)
+
+
+class MemoryEstimate(PlanModel):
+    """GiB per GPU: the base weights, the adapter's trainable state, the activations of one
+    micro-batch, and their sum."""
+
+    weights_gib: float
+    adapter_gib: float
+    activations_gib: float
+    total_gib: float
+
+
+class PreviewEstimate(PlanModel):
+    """Whether the run fits in memory and how long its policy update takes, from the model's
+    size on disk, the plan's shape, the catalog envelope and the pool's accelerator;
+    `rests_on` says, as sentences, what each figure assumes. `unavailable`: why there is no
+    estimate (the other fields are then absent)."""
+
+    unavailable: str | None = None
+    parameters: int | None = None
+    flop_parameters: int | None = None
+    adapter_parameters: int | None = None
+    precision: str | None = None
+    memory: MemoryEstimate | None = None
+    device_memory_gib: float | None = None
+    fits: bool | None = None
+    tokens_per_step: int | None = None
+    peak_tflops: float | None = None
+    assumed_mfu: float | None = None
+    step_seconds: float | None = None
+    rests_on: list[str] = Field(default_factory=list)
+
+
+class PreviewResult(PlanModel):
+    rows: int
+    with_reference: int
+    terms: list[PreviewTerm]
+    estimate: PreviewEstimate | None = None

@@ -7,12 +7,15 @@ every problem at once. Each rule is a pure function; each problem says what to s
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from akka_training.core.catalog import CatalogModel, engine_for, join_counts
 from akka_training.core.errors import Problem
+from akka_training.core.limits import INT32_MAX
 from akka_training.core.plans import RL_METHODS, Lora, RegexTerm, RunPlan
 
 
@@ -120,6 +123,10 @@ def method_sections(c: Checked) -> list[Problem]:
             out.append(
                 Problem("config.tools", "config.tools is for grpo and gspo runs; remove it.")
             )
+        if config.monitors is not None:
+            out.append(
+                Problem("config.monitors", "config.monitors is for grpo and gspo runs; remove it.")
+            )
     if c.is_rl and (config.reward is None or not config.reward.terms):
         out.append(
             Problem(
@@ -129,8 +136,9 @@ def method_sections(c: Checked) -> list[Problem]:
             )
         )
     if c.is_rl and config.reward is not None:
-        names = [t.name for t in config.reward.terms]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        # Counted once each (linear): a list.count per name was quadratic in the terms.
+        counts = Counter(t.name for t in config.reward.terms)
+        dupes = sorted(n for n, k in counts.items() if k > 1)
         if dupes:
             out.append(
                 Problem(
@@ -404,6 +412,39 @@ def prompts_within_rows(c: Checked) -> list[Problem]:
     ]
 
 
+def steps_storable(c: Checked) -> list[Problem]:
+    """A run counts its steps in INTEGER columns: epochs over a large dataset must not make more
+    steps than they hold (`maxSteps` is bounded by the schema itself)."""
+    config = c.plan.config
+    if c.dataset is None or c.dataset.rows == 0:
+        return []
+    if c.is_rl:
+        if config.rl_hyperparams is None:
+            return []
+        rl = config.rl_hyperparams.training
+        section, epochs, max_steps = "rlHyperparams", rl.epochs, rl.max_steps
+        per_step = config.rl_hyperparams.prompts_per_step
+    else:
+        if config.hyperparams is None:
+            return []
+        sft = config.hyperparams.training
+        section, epochs, max_steps = "hyperparams", sft.epochs, sft.max_steps
+        per_step = sft.batch_size * sft.gradient_accumulation
+    if max_steps is not None:
+        return []
+    steps = math.ceil(c.dataset.rows / per_step) * epochs
+    if steps <= INT32_MAX:
+        return []
+    return [
+        Problem(
+            f"config.{section}.training.epochs",
+            f"config.{section}.training.epochs ({epochs:g}) over the "
+            f"{c.dataset.rows} rows of {c.dataset.ref} makes about {steps:.3g} steps, more than "
+            f"a run can count ({INT32_MAX}); lower epochs or set maxSteps.",
+        )
+    ]
+
+
 # --- data and source -------------------------------------------------------------------------------
 
 
@@ -468,6 +509,33 @@ def source_matches(c: Checked) -> list[Problem]:
     return out
 
 
+def monitor_terms(c: Checked) -> list[Problem]:
+    """The term reward hacking watches must be one of the plan's terms."""
+    monitors, reward = c.plan.config.monitors, c.plan.config.reward
+    if not c.is_rl or monitors is None or reward is None:
+        return []
+    names = [t.name for t in reward.terms]
+    term = monitors.correctness_term
+    if term is not None and term not in names:
+        return [
+            Problem(
+                "config.monitors.correctnessTerm",
+                f"config.monitors.correctnessTerm {term!r} is not a reward term of this plan; "
+                f"name one of {', '.join(names)}.",
+            )
+        ]
+    has_match = any(t.kind == "match" for t in reward.terms)
+    if term is None and not has_match and "reward-hacking" in monitors.pause_on:
+        return [
+            Problem(
+                "config.monitors.pauseOn",
+                "reward-hacking watches a correctness term and this plan has no match term: set "
+                "config.monitors.correctnessTerm to the term that checks correctness.",
+            )
+        ]
+    return []
+
+
 def reward_patterns(c: Checked) -> list[Problem]:
     reward = c.plan.config.reward
     if not c.is_rl or reward is None:
@@ -502,7 +570,9 @@ RULES: list[Rule] = [
     verl_continuation_gpus,
     verl_tools,
     prompts_within_rows,
+    steps_storable,
     dataset_fits_method,
     source_matches,
     reward_patterns,
+    monitor_terms,
 ]

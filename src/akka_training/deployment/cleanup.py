@@ -6,7 +6,12 @@ is touched):
   uploads never completed nor aborted;
 - dataset uploads staged under ``datasets/uploads/`` and never moved under their hash;
 - snapshot keys (``runs/<run>/snapshots/<name>/``) with no committed snapshot row: a job
-  uploads a snapshot, then reports it, and the row is written only then.
+  uploads a snapshot, then reports it, and the row is written only then;
+- folders left empty (a local store's: deleted snapshots, swept ones).
+
+It runs at start-up and again, now and then, with the controller's sweep (`controller.sweep`),
+so that what a killed job or a killed upload left goes once its grace has passed, also while the
+service keeps running.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ class Cleaned:
     partial_writes: int = 0
     staged_uploads: int = 0
     snapshots: int = 0
+    empty_folders: int = 0
 
 
 def clean_crash_leftovers(
@@ -59,9 +65,10 @@ def clean_crash_leftovers(
             if (run_id, name) not in recorded and when < cutoff:
                 blobs.delete(f"runs/{run_id}/snapshots/{name}")
                 done.snapshots += 1
+    done.empty_folders = blobs.remove_empty_folders()
     if done.partial_writes or done.staged_uploads or done.snapshots:
         log.info(
-            "start-up cleanup: %d partial writes, %d staged uploads, %d unrecorded snapshots "
+            "cleanup: %d partial writes, %d staged uploads, %d unrecorded snapshots "
             "removed from %s",
             done.partial_writes,
             done.staged_uploads,

@@ -44,6 +44,9 @@ class TelemetryHandle(Protocol):
     def operation(self, name: str, **attrs: Any) -> AbstractContextManager[Any]:
         """A span of the service's own work outside any run; entering it gives the span."""
 
+    def traceparent(self) -> str | None:
+        """The W3C traceparent of the current span (None outside one), to hand to a job."""
+
 
 @dataclass
 class AppContext:
@@ -97,7 +100,11 @@ def build_context(settings: Settings) -> AppContext:
     home.mkdir(parents=True, exist_ok=True)
     # The store first: a store it cannot use stops start-up before the database is touched.
     blobs = open_store(settings)
-    db = Database(settings.database_url)
+    db = Database(
+        settings.database_url,
+        wait_seconds=settings.trainer.database.wait_seconds,
+        pool_size=settings.database_pool_size,
+    )
     db.migrate()
     clean_crash_leftovers(blobs, db, settings.trainer.storage.cleanup_grace_seconds)
     host = detect_devices()

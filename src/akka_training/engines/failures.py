@@ -30,6 +30,7 @@ from collections.abc import Iterator
 
 import torch
 
+from akka_training.core.errors import storage_full
 from akka_training.core.exits import MemoryKind, memory_exhausted
 from akka_training.core.failures import FailureReason
 from akka_training.core.plans import RL_METHODS
@@ -49,6 +50,12 @@ class JobError(Exception):
     @property
     def detail(self) -> str:
         return str(self)
+
+
+class StorageFull(JobError):
+    """A write to the blob store (or the job's own disk) found no space left."""
+
+    reason = FailureReason.STORAGE_FULL
 
 
 class JobStartFailed(JobError):
@@ -113,6 +120,10 @@ def classify_failure(exc: BaseException, settings: Settings | None) -> tuple[Fai
             return error.reason, error.detail
         if isinstance(error, StoreUnreachable):
             return FailureReason.STORE_UNREACHABLE, error.message
+    full = storage_full(exc)
+    if full is not None:
+        where = f" writing {full.filename}" if full.filename else ""
+        return FailureReason.STORAGE_FULL, f"no space left on the device{where}: {full}"
     return FailureReason.TRAINING_ERROR, last_lines(exc)
 
 

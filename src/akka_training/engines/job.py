@@ -10,6 +10,11 @@ directory is the attempt's job directory (artifacts go under ``./artifacts``). O
    and store the run's tokenizer beside its adapters (`tokenizer_files`);
 2. train: run the engine (the `Engine` protocol); it reports `training`, every step, snapshot
    and rollout, and obeys the service's directives;
+   SIGTERM (a stop from the backend, a node drained, a kill) is a save-and-stop unless the
+   service answers ``stop`` (`HttpReporter.terminated`): the engine saves at the end of its step
+   and the job reports `stopped` within the backend's grace period, and the run goes on from
+   that snapshot (under verl, verl saves at the end of its step; past `TERMINATE_SAVE_SECONDS`
+   the verl engine ends verl's processes and the run is retried from its last snapshot);
 3. end (`run_engine`, the same for every engine): report `stopped` when the engine was told to
    stop, or save the final adapter (upload its directory, or take the key the engine left in the
    store) and report `finished`; an exception is reported as `failed` with its failure reason
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -72,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = JobSpec.model_validate_json(Path(args[0]).read_text())
     reporter = HttpReporter(spec.trainer_url, spec.run_id, spec.attempt, token)
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: reporter.terminated())
     try:
         return run_job(spec, reporter, Path.cwd())
     finally:

@@ -37,6 +37,19 @@ def cache_root() -> Path:
     return Path(raw).expanduser()
 
 
+def _target(root: Path, path: str) -> Path:
+    url = path.rstrip("/")
+    name = url.rsplit("/", 1)[-1] or "model"
+    return root / f"{name}-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
+
+
+def cached_model(path: str) -> str | None:
+    """The whole copy of the model at URL `path` in this node's cache, or None when there is
+    none (nothing is downloaded)."""
+    target = _target(cache_root(), path)
+    return str(target) if (target / READY).is_file() else None
+
+
 def local_model(path: str, s3: S3Options) -> str:
     """`path` itself when it is a directory on this node, else the cached copy of the model at
     that URL (downloaded first when this node has none)."""
@@ -45,8 +58,7 @@ def local_model(path: str, s3: S3Options) -> str:
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     url = path.rstrip("/")
-    name = url.rsplit("/", 1)[-1] or "model"
-    target = root / f"{name}-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
+    target = _target(root, path)
     if (target / READY).is_file():
         return str(target)
     with open(root / f".{target.name}.lock", "w") as lock:

@@ -7,6 +7,12 @@ final report (finished, stopped, failed) is sent synchronously after the queue h
 
 Each answer carries a directive (`core.reports.Action`); `action` holds the latest one, which the training loop reads
 after every optimizer step.
+
+The directive a step's end obeys was asked for during that step: `step_began` has a thread of
+the reporter ask for it shortly before the step is expected to end (the previous step's
+length, less twice the last answer's round trip), so `step_ended` finds the answer waiting
+and the training thread does not wait for the network. When the step ended before that
+question was sent, `step_ended` asks at once, as every step did before.
 """
 
 from __future__ import annotations
@@ -106,6 +112,15 @@ class HttpReporter:
         self._heartbeat_seconds = heartbeat_seconds
         self._beater = threading.Thread(target=self._beat_loop, name="akka-heartbeat", daemon=True)
         self._beater.start()
+        # The directive's look-ahead (see the module's docstring), guarded by `_ahead`.
+        self._ahead = threading.Condition()
+        self._step_began = 0.0
+        self._ask_at: float | None = None
+        self._asking_since: float | None = None
+        self._answered_since = -1.0
+        self._round_trip = 0.0
+        self._asker = threading.Thread(target=self._ask_loop, name="akka-directive", daemon=True)
+        self._asker.start()
 
     def on_directive(self, listener: Callable[[Action], None]) -> None:
         """Call `listener` with each new directive (from the reporting thread)."""
@@ -146,11 +161,72 @@ class HttpReporter:
         if self.stale or self._closed.is_set():
             return
         body = HeartbeatReport(step=self.step, stall_dump=self.stall_dump).to_json()
+        asked = time.monotonic()
         try:
             response = self._client.post(f"{self._base}/heartbeat", json=body, timeout=timeout)
         except httpx.HTTPError:
             return
+        with self._ahead:
+            self._round_trip = time.monotonic() - asked
         self._take_answer(response)
+
+    def step_began(self, expected_seconds: float | None) -> None:
+        """A training step began: ask for the directive from the reporter's thread shortly
+        before the step is expected to end, `expected_seconds` from now (None: not known, the
+        step's end asks)."""
+        with self._ahead:
+            self._step_began = time.monotonic()
+            if expected_seconds is None:
+                self._ask_at = None
+                return
+            lead = max(2 * self._round_trip, 0.002)
+            self._ask_at = self._step_began + max(0.0, expected_seconds - lead)
+            self._ahead.notify_all()
+
+    def step_ended(self, timeout: float = 2.0) -> None:
+        """The step ended: make `action` the directive as the service answered it during the
+        step. An answer to a question asked since the step began is taken as it is (waiting
+        up to `timeout` for one on its way); without one, the service is asked now
+        (`refresh_action`)."""
+        deadline = time.monotonic() + timeout
+        with self._ahead:
+            self._ask_at = None
+            began = self._step_began
+            while (
+                self._answered_since < began
+                and self._asking_since is not None
+                and self._asking_since >= began
+                and not self._closed.is_set()
+            ):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return  # as refresh_action: the heartbeats and step reports still carry it
+                self._ahead.wait(left)
+            if self._answered_since >= began:
+                return
+        self.refresh_action(timeout=timeout)
+
+    def direct(self, action: Action) -> None:
+        """Take `action` as if the service had answered it (a stop outranks a save-and-stop,
+        which outranks continue): the job's own SIGTERM handler asks for a save-and-stop."""
+        with self._lock:
+            changed = _RANK[action] > _RANK[self.action]
+            if changed:
+                self.action = action
+        if changed:
+            self._announce(action)
+
+    def terminated(self) -> None:
+        """The job was sent SIGTERM: ask the service first (a cancel or a pause answers
+        ``stop``), and save and stop when it says nothing more, so that a job stopped from
+        outside (a node drained, a kill) resumes from a snapshot of its last step. It returns
+        at once: the asking runs in a thread, as it may come from a signal handler."""
+
+        def ask() -> None:
+            self.refresh_action()
+            self.direct("save-and-stop")
+
+        threading.Thread(target=ask, name="akka-sigterm", daemon=True).start()
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued report was delivered (or given up)."""
@@ -162,6 +238,8 @@ class HttpReporter:
 
     def close(self) -> None:
         self._closed.set()
+        with self._ahead:
+            self._ahead.notify_all()
         self._queue.put(None)
         self._sender.join(timeout=5)
         self._client.close()
@@ -176,6 +254,9 @@ class HttpReporter:
     def _final(self, kind: str, body: dict[str, Any]) -> None:
         self.flush(timeout=self._patience)
         self._closed.set()
+        with self._ahead:
+            self._ask_at = None  # no question after the end report
+            self._ahead.notify_all()
         if not self.stale:
             self._post(kind, body)
 
@@ -191,6 +272,38 @@ class HttpReporter:
                 log.error("report %s not delivered: %s", item[0] if item else "", exc)
             finally:
                 self._queue.task_done()
+
+    def _ask_loop(self) -> None:
+        while True:
+            with self._ahead:
+                while not self._closed.is_set():
+                    if self._ask_at is not None:
+                        wait = self._ask_at - time.monotonic()
+                        if wait <= 0:
+                            break
+                        self._ahead.wait(wait)
+                    else:
+                        self._ahead.wait()
+                if self._closed.is_set():
+                    return
+                self._ask_at = None
+                asked = self._asking_since = time.monotonic()
+            answered = False
+            if not self.stale and not self._closed.is_set():
+                body = HeartbeatReport(step=self.step, stall_dump=self.stall_dump).to_json()
+                try:
+                    response = self._client.post(f"{self._base}/heartbeat", json=body, timeout=2.0)
+                except httpx.HTTPError:
+                    pass
+                else:
+                    self._take_answer(response)
+                    answered = response.status_code < 300 or response.status_code == 409
+            with self._ahead:
+                self._asking_since = None
+                if answered:
+                    self._answered_since = asked
+                    self._round_trip = time.monotonic() - asked
+                self._ahead.notify_all()
 
     def _beat_loop(self) -> None:
         while not self._closed.wait(self._heartbeat_seconds):

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from akka_training.blobstore import BlobStore
 from akka_training.core.blobkeys import SnapshotKeys
+from akka_training.core.errors import storage_full
 from akka_training.core.reports import SnapshotReport
-from akka_training.engines.failures import SourceUnavailable
+from akka_training.engines.failures import SourceUnavailable, StorageFull
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 # The files of a Hugging Face Trainer checkpoint that make up the training state.
@@ -33,14 +34,29 @@ STATE_PATTERNS = (
 def upload_snapshot(
     store: BlobStore, keys: SnapshotKeys, step: int, checkpoint: Path
 ) -> SnapshotReport:
-    """Upload the adapter and the training state of a trainer checkpoint directory."""
+    """Upload the adapter and the training state of a trainer checkpoint directory. A failed
+    upload leaves nothing of the snapshot in the store; a full store raises `StorageFull`."""
     weights, state = keys.weights, keys.training_state
-    upload_adapter(store, weights, checkpoint)
-    files = [p for p in sorted(checkpoint.iterdir()) if p.is_file() and _is_state(p.name)]
-    if not any(p.name == "trainer_state.json" for p in files):
-        raise FileNotFoundError(f"{checkpoint} holds no trainer_state.json")
-    for path in files:
-        store.put_file(state + path.name, path)
+    try:
+        upload_adapter(store, weights, checkpoint)
+        files = [p for p in sorted(checkpoint.iterdir()) if p.is_file() and _is_state(p.name)]
+        if not any(p.name == "trainer_state.json" for p in files):
+            raise FileNotFoundError(f"{checkpoint} holds no trainer_state.json")
+        for path in files:
+            store.put_file(state + path.name, path)
+    except BaseException as exc:
+        for prefix in (weights, state):
+            try:
+                store.delete(prefix)
+            except OSError:
+                pass  # the start-up cleanup and the sweeper remove what stays
+        full = storage_full(exc)
+        if full is not None:
+            raise StorageFull(
+                f"no space left on the device while saving snapshot {keys.name} to {store.url} "
+                f"({full})"
+            ) from exc
+        raise
     return SnapshotReport(name=keys.name, step=step, weights=weights, training_state=state)
 
 
@@ -51,7 +67,15 @@ def upload_adapter(store: BlobStore, prefix: str, directory: Path) -> list[str]:
         path = directory / name
         if not path.is_file():
             raise FileNotFoundError(f"{directory} holds no {name}")
-        store.put_file(prefix + name, path)
+        try:
+            store.put_file(prefix + name, path)
+        except OSError as exc:
+            full = storage_full(exc)
+            if full is None:
+                raise
+            raise StorageFull(
+                f"no space left on the device while saving {prefix}{name} to {store.url} ({full})"
+            ) from exc
         keys.append(prefix + name)
     return keys
 

@@ -54,17 +54,20 @@ class TermOutcome:
     """A term's raw value for one rollout (usually in [0, 1]; the weight carries the sign).
 
     `prompt_tokens` and `completion_tokens` are the tokens a judge model used to produce the
-    verdict (0 for other terms)."""
+    verdict (0 for other terms). `retries`: the tries a remote term made again before this
+    answer, after the endpoint answered 429 or 5xx."""
 
     value: float
     explanation: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    retries: int = 0
 
 
 class TermFailed(Exception):
     """Raised by a grader that could not score a rollout. `detail` says what happened, for a
-    person reading the rollout; tokens a judge spent before failing still count."""
+    person reading the rollout; tokens a judge spent before failing still count, and so do
+    the `retries` of a remote term (tries made again after a 429 or 5xx)."""
 
     def __init__(
         self,
@@ -73,12 +76,14 @@ class TermFailed(Exception):
         *,
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
+        retries: int = 0,
     ) -> None:
         super().__init__(f"{cause.value}: {detail}")
         self.cause = cause
         self.detail = detail
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = completion_tokens
+        self.retries = retries
 
 
 class RewardSetupError(Exception):

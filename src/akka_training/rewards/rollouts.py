@@ -14,7 +14,8 @@ DuckDB (``shares['correct']``) take them without parsing, per-term values keep t
 the cost on disk is the same after compression.
 
 Reading the worst or best few of a step reads the ``index`` and ``score`` columns, picks the
-rows, and then decodes only the row groups that hold them. Row groups hold `ROW_GROUP_ROWS`
+rows (a partial top-k selection, not a sort of the whole step), and then decodes only the row
+groups that hold them; a file on this host is memory-mapped rather than read into memory. Row groups hold `ROW_GROUP_ROWS`
 rows, so a typical step is one group: measured on 256-rollout steps, groups of 16 to 64 rows
 made files 20-100 % larger and reads no faster (the picked rows are spread over most groups);
 they bound what one read decodes for very large steps.
@@ -63,6 +64,15 @@ SCHEMA = pa.schema(
     ]
 )
 _MAP_COLUMNS = ("shares", "values", "failures", "explanations")
+_NUMERIC_COLUMNS = [
+    "step",
+    "index",
+    "group",
+    "score",
+    "completion_tokens",
+    "tool_calls",
+    "tool_failures",
+]
 
 
 @dataclass
@@ -153,7 +163,7 @@ def write_step_file(rollouts: Sequence[Rollout], path: Path | BinaryIO) -> None:
         raise ValueError(f"a step file holds one step; got steps {sorted(steps)}")
     weights = ordered[0].weights if ordered else {}
     metadata = {VERSION_KEY: FORMAT_VERSION.encode(), WEIGHTS_KEY: json.dumps(weights).encode()}
-    table = pa.Table.from_pydict(_columns(ordered), schema=SCHEMA.with_metadata(metadata))
+    table = pa.Table.from_arrays(_columns(ordered), schema=SCHEMA.with_metadata(metadata))
     if not isinstance(path, str | os.PathLike):
         _write(table, path)
         return
@@ -168,7 +178,12 @@ def read_step_file(
 ) -> list[Rollout]:
     """A step's rollouts: by index (`order` None), by score ascending (``worst``) or
     descending (``best``), ties by index; at most `limit` of them."""
-    parquet = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, bytes) else source)
+    if isinstance(source, bytes):
+        parquet = pq.ParquetFile(pa.BufferReader(source))
+    elif isinstance(source, str | os.PathLike):
+        parquet = pq.ParquetFile(source, memory_map=True)  # decode pages in place, no copy
+    else:
+        parquet = pq.ParquetFile(source)
     weights = _weights(parquet.schema_arrow.metadata)
     if order is None:
         table = parquet.read()
@@ -177,9 +192,16 @@ def read_step_file(
         return _records(table, weights)
     keys = parquet.read(columns=["index", "score"])
     direction = "ascending" if order == "worst" else "descending"
-    picked = pc.sort_indices(keys, sort_keys=[("score", direction), ("index", "ascending")])
-    if limit is not None:
-        picked = picked[:limit]
+    sort_keys = [("score", direction), ("index", "ascending")]
+    if limit is not None and limit < keys.num_rows:
+        # The top `limit` only: a partial selection, then a sort of those few. The keys are
+        # unique (index), so the order is the same as a full sort's.
+        top = pc.select_k_unstable(keys, k=limit, sort_keys=sort_keys)
+        picked = top.take(pc.sort_indices(keys.take(top), sort_keys=sort_keys))
+    else:
+        picked = pc.sort_indices(keys, sort_keys=sort_keys)
+        if limit is not None:
+            picked = picked[:limit]
     return _records(_rows(parquet, picked.to_pylist()), weights)
 
 
@@ -191,24 +213,54 @@ def step_summary(rollouts: Sequence[Rollout]) -> StepSummary:
     return StepSummary(len(scores), max(scores), min(scores))
 
 
-def _columns(rollouts: Sequence[Rollout]) -> dict[str, list[Any]]:
-    return {
-        "step": [r.step for r in rollouts],
-        "index": [r.index for r in rollouts],
-        "group": [r.group for r in rollouts],
-        "prompt": [json.dumps(r.prompt, ensure_ascii=False) for r in rollouts],
-        "completion": [r.completion for r in rollouts],
-        "expected": [r.expected for r in rollouts],
-        "score": [float(r.score) for r in rollouts],
-        "shares": [list(r.shares.items()) for r in rollouts],
-        "values": [list(r.values.items()) for r in rollouts],
-        "completion_tokens": [r.completion_tokens for r in rollouts],
-        "finish_reason": [r.finish_reason for r in rollouts],
-        "tool_calls": [r.tool_calls for r in rollouts],
-        "tool_failures": [r.tool_failures for r in rollouts],
-        "failures": [list(r.failures.items()) for r in rollouts],
-        "explanations": [list(r.explanations.items()) for r in rollouts],
-    }
+def _columns(rollouts: Sequence[Rollout]) -> list[pa.Array]:
+    """The step's columns, in `SCHEMA` order, built column by column (not row by row)."""
+    prompts: dict[int, str] = {}  # a prompt's rollouts share its object: encode it once
+
+    def prompt_text(prompt: Prompt) -> str:
+        text = prompts.get(id(prompt))
+        if text is None:
+            text = prompts[id(prompt)] = json.dumps(prompt, ensure_ascii=False)
+        return text
+
+    def ints(values: list[int], kind: pa.DataType) -> pa.Array:
+        return pa.array(values, type=kind)
+
+    return [
+        ints([r.step for r in rollouts], pa.int64()),
+        ints([r.index for r in rollouts], pa.int32()),
+        ints([r.group for r in rollouts], pa.int32()),
+        pa.array([prompt_text(r.prompt) for r in rollouts], type=pa.string()),
+        pa.array([r.completion for r in rollouts], type=pa.string()),
+        pa.array([r.expected for r in rollouts], type=pa.string()),
+        pa.array([float(r.score) for r in rollouts], type=pa.float64()),
+        _map([r.shares for r in rollouts], pa.float64()),
+        _map([r.values for r in rollouts], pa.float64()),
+        ints([r.completion_tokens for r in rollouts], pa.int32()),
+        pa.array([r.finish_reason for r in rollouts], type=pa.string()),
+        ints([r.tool_calls for r in rollouts], pa.int32()),
+        ints([r.tool_failures for r in rollouts], pa.int32()),
+        _map([r.failures for r in rollouts], pa.string()),
+        _map([r.explanations for r in rollouts], pa.string()),
+    ]
+
+
+def _map(maps: list[dict[str, Any]], kind: pa.DataType) -> pa.Array:
+    """A map<string, kind> column from one dict a row, from flat keys and items."""
+    offsets, total = [0], 0
+    keys: list[str] = []
+    items: list[Any] = []
+    for entries in maps:
+        keys.extend(entries)
+        items.extend(entries.values())
+        total += len(entries)
+        offsets.append(total)
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, type=pa.int32()),
+        pa.array(keys, type=pa.string()),
+        pa.array(items, type=kind),
+        type=pa.map_(pa.string(), kind),
+    )
 
 
 def _write(table: pa.Table, where: Path | BinaryIO) -> None:
@@ -217,7 +269,10 @@ def _write(table: pa.Table, where: Path | BinaryIO) -> None:
         where,
         compression="zstd",
         row_group_size=ROW_GROUP_ROWS,
-        use_dictionary=["finish_reason", "shares.key_value.key", "values.key_value.key"],
+        # A prompt's rollouts repeat its text: a dictionary stores it once a page.
+        use_dictionary=["prompt", "finish_reason", "shares.key_value.key", "values.key_value.key"],
+        # Statistics of the numeric columns only: min/max of long texts cost time, serve no read.
+        write_statistics=_NUMERIC_COLUMNS,
     )
 
 

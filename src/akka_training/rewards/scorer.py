@@ -6,7 +6,8 @@ HTTP client; rule terms run in a thread pool. Cheap terms (regex, length, match 
 mode) run over the whole batch in one worker call each, as a thread hand-off per rollout would
 cost more than the term. Limits, so that nothing blocks forever:
 
-- a remote term enforces its own ``timeoutSeconds``;
+- a remote term enforces its own ``timeoutSeconds``, its whole budget for one rollout, tries
+  again after a 429 or 5xx inside it (`terms.remote`), and scores 0 only once it is spent;
 - a thread-pool term gets `sync_timeout_seconds` (a Python thread cannot be stopped, so a rule
   stuck past it keeps its thread; the batch goes on without it);
 - the whole batch gets `batch_timeout_seconds`; pairs unfinished by then fail with ``timeout``.
@@ -243,12 +244,14 @@ class RewardScorer:
     ) -> ScoredBatch:
         names = [g.name for g in self.graders]
         judges = [g.name for g in self.graders if g.kind == "judge"]
+        remote = [g.name for g in self.graders if isinstance(g, AsyncGrader)]
         stats = ScoreStats(
             seconds={n: [] for n in names},
             failures={},
             judge_prompt_tokens=dict.fromkeys(judges, 0),
             judge_completion_tokens=dict.fromkeys(judges, 0),
             wall_seconds=wall,
+            retries=dict.fromkeys(remote, 0),
         )
         failures: Counter[tuple[str, str]] = Counter()
         scored = []
@@ -269,6 +272,11 @@ class RewardScorer:
                     failures[(grader.name, result.cause.value)] += 1
                 if result.outcome.explanation:
                     rollout.explanations[grader.name] = result.outcome.explanation
+                if result.outcome.retries:
+                    rollout.retries[grader.name] = result.outcome.retries
+                    stats.retries[grader.name] = (
+                        stats.retries.get(grader.name, 0) + result.outcome.retries
+                    )
                 if grader.name in stats.judge_prompt_tokens:
                     stats.judge_prompt_tokens[grader.name] += result.outcome.prompt_tokens
                     stats.judge_completion_tokens[grader.name] += result.outcome.completion_tokens
@@ -286,7 +294,9 @@ class _Result:
 
     @classmethod
     def failed(cls, failure: TermFailed, seconds: float) -> _Result:
-        outcome = TermOutcome(0.0, failure.detail, failure.prompt_tokens, failure.completion_tokens)
+        outcome = TermOutcome(
+            0.0, failure.detail, failure.prompt_tokens, failure.completion_tokens, failure.retries
+        )
         return cls(outcome, failure.cause, seconds)
 
 

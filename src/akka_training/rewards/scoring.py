@@ -20,6 +20,8 @@ class ScoredRollout:
     seconds: dict[str, float]
     failures: dict[str, str] = field(default_factory=dict)
     explanations: dict[str, str] = field(default_factory=dict)
+    # Tries a remote term made again (after a 429 or 5xx) for this rollout; only terms that did.
+    retries: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -35,6 +37,8 @@ class ScoreStats:
     judge_completion_tokens: dict[str, int]
     # Wall-clock time of the whole batch.
     wall_seconds: float
+    # Tries each remote term (judge, http) made again after a 429 or 5xx (0 kept).
+    retries: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -7,12 +7,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI
 
 from akka_training import __version__
 from akka_training.config.settings import Settings
 from akka_training.controller.loop import Controller
 from akka_training.deployment.context import AppContext, build_context
+from akka_training.server.body_limits import PlanBodyLimit
 from akka_training.server.bootstrap import bootstrap
 from akka_training.server.errors import install_error_handlers
 from akka_training.server.observability import Observability
@@ -23,10 +25,12 @@ from akka_training.server.routers import (
     capacity,
     catalog,
     datasets,
+    evaluations,
     grafana,
     jobs,
     pipelines,
     projects,
+    regrades,
     runs,
     system,
     tasks,
@@ -44,9 +48,11 @@ ROUTERS = (
     bundles,
     runs,
     adapters,
+    regrades,
     pipelines,
     jobs,
     tasks,
+    evaluations,
     grafana,
 )
 
@@ -61,6 +67,10 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         context = ctx or build_context(settings)
+        # The threads that run the synchronous handlers: as many requests as this are worked
+        # on at once, each with a database connection to hand (the pool is sized from it).
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = settings.trainer.listen.worker_threads
         bootstrap(context)
         app.state.ctx = context
         telemetry = app.state.telemetry = context.telemetry = Observability(context)
@@ -77,6 +87,8 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
 
     app = TrainerApp(title="akka training", version=__version__, lifespan=lifespan)
     install_error_handlers(app)
+    app.add_middleware(PlanBodyLimit)
     for module in ROUTERS:
         app.include_router(module.router)
+    app.include_router(regrades.previews)
     return app

@@ -9,7 +9,7 @@ from fastapi import Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from akka_training.core.errors import Forbidden, Unauthorized
+from akka_training.core.errors import Conflict, Forbidden, Unauthorized
 from akka_training.storage.ids import hash_secret
 from akka_training.storage.models import Token
 
@@ -34,11 +34,15 @@ class Principal:
     def can(self, project: str) -> bool:
         return self.projects is None or project in self.projects
 
-    def require(self, project: str) -> None:
+    def refuse_reporters(self) -> None:
+        """A job's or a task's token reports for its attempt or task, and does nothing else."""
         if self.kind == "job":
             raise Forbidden("A job token can only report for its own run.")
         if self.kind == "task":
             raise Forbidden("A task token can only report for its own task.")
+
+    def require(self, project: str) -> None:
+        self.refuse_reporters()
         if not self.can(project):
             raise Forbidden(
                 f"This token has no access to project {project!r}; use a token of that "
@@ -60,9 +64,16 @@ def bearer(request: Request) -> str:
     return value.strip()
 
 
-def authenticate(session: Session, secret: str) -> Principal:
+def authenticate(session: Session, secret: str, reporting: bool = False) -> Principal:
+    """The principal of a live token. `reporting`: the request is a job's report, where the
+    token of an attempt that has ended (revoked then) is told to stop, as a late report of an
+    attempt that is no longer current always was, rather than that it is unknown."""
     token = session.scalar(select(Token).where(Token.hash == hash_secret(secret)))
     now = datetime.now(UTC)
+    if reporting and token is not None and token.kind == "job" and token.revoked_at is not None:
+        raise Conflict(f"Attempt {token.attempt} of run {token.run_id} is no longer current; stop.")
+    if reporting and token is not None and token.kind == "task" and token.revoked_at is not None:
+        raise Conflict(f"Task {token.task_id} has ended; stop.")
     if token is None or token.revoked_at is not None:
         raise Unauthorized("The token is not known to this trainer or was revoked; log in again.")
     if token.expires_at is not None and token.expires_at <= now:

@@ -23,8 +23,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+import msgspec
 from pydantic_core import from_json
 
 CHAT = "chat"
@@ -92,7 +93,7 @@ class RowValidator:
         self._shape: _Shape | None = None
         # Once the file's shape is known: a quick test that passes only rows the full check
         # would pass too, so most rows skip the full check's bookkeeping.
-        self._fast: Callable[[Any], bool] | None = None
+        self._fast: Callable[[bytes], bool] | None = None
 
     @property
     def ok(self) -> bool:
@@ -172,18 +173,14 @@ class RowValidator:
                     "the most one row may hold",
                 )
                 continue
+            if fast is not None and fast(raw):
+                continue
             try:
                 row = from_json(raw)
             except ValueError:
                 row = self._parse_slowly(number, raw)
                 if row is None:
                     continue
-            if fast is not None and type(row) is dict:
-                try:
-                    if fast(row):
-                        continue
-                except TypeError:
-                    pass  # an unhashable role: the full check words the problem
             self._check_row(number, row)
             fast = self._fast
         self._line = number
@@ -201,13 +198,38 @@ class RowValidator:
             )
             return None
         try:
-            return json.loads(text)
+            row = json.loads(text)
         except json.JSONDecodeError as exc:
             self._add(number, "", f"is not valid JSON: {exc.msg} (column {exc.colno})")
             return None
         except RecursionError:
             self._add(number, "", "is not valid JSON: it nests too deeply")
             return None
+        except ValueError:
+            # Python refuses to read a whole number of more than 4300 digits.
+            self._add(
+                number,
+                "",
+                "holds a number too long to read (more than 4300 digits); a row holds text, "
+                "write the number as a string or remove it",
+            )
+            return None
+        # The fast parser refuses an escaped surrogate without its pair ("\ud800"); the standard
+        # library reads it into a string no tokenizer can encode.
+        try:
+            where = _lone_surrogate(row, "")
+        except RecursionError:
+            self._add(number, "", "is not valid JSON: it nests too deeply")
+            return None
+        if where is not None:
+            self._add(
+                number,
+                where,
+                "holds a lone surrogate escape (such as \\ud800), which is not a "
+                "character; remove it or write the character itself",
+            )
+            return None
+        return row
 
     # --- rows ------------------------------------------------------------------------------------
 
@@ -385,29 +407,50 @@ def _check_parts(parts: list[Any], where: str, role: Any, problems: list[tuple[s
     return images
 
 
-def _plain_chat(row: dict[str, Any]) -> bool:
-    """A chat row of string contents with valid roles, ending with the assistant."""
-    messages = row.get("messages")
-    if type(messages) is not list or not messages or "prompt" in row or "completion" in row:
+# The quick tests parse a line straight into the one shape they pass (in C, refusing every other
+# key, so a number too long, a lone surrogate or a byte that is not UTF-8 all go to the full
+# check, which words the problem); what the shape cannot say is checked after.
+_Role = Literal["system", "user", "assistant", "tool"]
+
+
+class _PlainMessage(msgspec.Struct, forbid_unknown_fields=True):
+    role: _Role
+    content: str
+
+
+class _PlainChat(msgspec.Struct, forbid_unknown_fields=True):
+    messages: list[_PlainMessage]
+
+
+class _PlainPromptCompletion(msgspec.Struct, forbid_unknown_fields=True):
+    prompt: str
+    completion: str
+
+
+_chat_decoder = msgspec.json.Decoder(_PlainChat)
+_prompt_completion_decoder = msgspec.json.Decoder(_PlainPromptCompletion)
+
+
+def _plain_chat(raw: bytes) -> bool:
+    """A chat row of messages with only a valid role and a string content, ending with the
+    assistant."""
+    try:
+        messages = _chat_decoder.decode(raw).messages
+    except msgspec.DecodeError:
         return False
-    for m in messages:
-        if type(m) is not dict or type(m.get("content")) is not str or m.get("role") not in _ROLES:
-            return False
-    return bool(messages[-1]["role"] == "assistant")
+    return bool(messages) and messages[-1].role == "assistant"
 
 
-def _plain_prompt_completion(row: dict[str, Any]) -> bool:
-    """A prompt-completion row of two strings, the completion not blank."""
-    completion = row.get("completion")
-    return (
-        type(row.get("prompt")) is str
-        and type(completion) is str
-        and "messages" not in row
-        and bool(completion.strip())
-    )
+def _plain_prompt_completion(raw: bytes) -> bool:
+    """A prompt-completion row of two strings and nothing else, the completion not blank."""
+    try:
+        row = _prompt_completion_decoder.decode(raw)
+    except msgspec.DecodeError:
+        return False
+    return bool(row.completion.strip())
 
 
-_FAST: dict[tuple[str, str], Callable[[Any], bool]] = {
+_FAST: dict[tuple[str, str], Callable[[bytes], bool]] = {
     (CHAT, "messages"): _plain_chat,
     (PROMPT_COMPLETION, "text"): _plain_prompt_completion,
 }
@@ -425,6 +468,29 @@ def _mixed(fmt: str, style: str, first: _Shape) -> str:
         f"has prompt and completion as {now}, but line {first.line} has {then}; "
         "all rows of a file share one format"
     )
+
+
+def _lone_surrogate(value: Any, where: str) -> str | None:
+    """Where in a row a string holds a lone surrogate (``messages[0].content``), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _lone_surrogate(item, f"{where}[{i}]")
+            if found is not None:
+                return found
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if _lone_surrogate(key, where) is not None:
+                return where
+            found = _lone_surrogate(item, f"{where}.{key}" if where else str(key))
+            if found is not None:
+                return found
+    return None
 
 
 def _kind(value: Any) -> str:

@@ -11,11 +11,13 @@ from typing import Any
 from opentelemetry.trace import Span
 from sqlalchemy import func, select
 
+from akka_training.core.evaluations import EVALUATE
 from akka_training.core.states import ClaimState
 from akka_training.deployment.context import AppContext
+from akka_training.server.metrics_access import read_metrics_token
 from akka_training.server.services.capacity import pool_usage
 from akka_training.storage import transitions
-from akka_training.storage.models import Claim, Project, Run
+from akka_training.storage.models import Claim, Project, Run, Task
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry.grafana import GrafanaLinks
 from akka_training.telemetry.otel import SERVICE
@@ -32,6 +34,8 @@ class Observability:
     def __init__(self, ctx: AppContext) -> None:
         self.ctx = ctx
         telemetry = ctx.settings.trainer.telemetry
+        # Read once at start-up, so that a missing Secret stops the service with its setting.
+        self.metrics_token = read_metrics_token(telemetry.metrics_token_file)
         endpoint = telemetry.collector_endpoint
         self.metrics = ServiceTelemetry(endpoint, self.snapshot, export=telemetry.service_export)
         # The same service.name as the service's metrics.
@@ -84,7 +88,17 @@ class Observability:
                     select(Run.project, Run.phase, func.count()).group_by(Run.project, Run.phase)
                 )
             }
-        return CapacitySnapshot(pools=pools, projects=projects, runs_by_phase=runs)
+            evaluations = {
+                (project, state): int(n)
+                for project, state, n in session.execute(
+                    select(Task.project, Task.state, func.count())
+                    .where(Task.kind == EVALUATE)
+                    .group_by(Task.project, Task.state)
+                )
+            }
+        return CapacitySnapshot(
+            pools=pools, projects=projects, runs_by_phase=runs, evaluations_by_state=evaluations
+        )
 
     @contextmanager
     def span(self, name: str, run: Run, **attrs: Any) -> Iterator[str | None]:
@@ -92,6 +106,10 @@ class Observability:
         attributes = {c.RUN_ID: run.id, c.PROJECT: run.project, **attrs}
         with self.tracing.span(c.PREFIX + name, attributes, parent=run.traceparent):
             yield self.tracing.traceparent()
+
+    def traceparent(self) -> str | None:
+        """The W3C traceparent of the current span (None outside one), to hand to a job."""
+        return self.tracing.traceparent()
 
     @contextmanager
     def operation(self, name: str, **attrs: Any) -> Iterator[Span]:

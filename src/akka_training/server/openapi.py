@@ -1,7 +1,8 @@
 """The service's OpenAPI document: FastAPI's own, plus what it cannot read off the routes.
 
 - `errors`: the statuses a route answers with the one error body (`api.errors.ErrorBody`), and
-  ``default`` for any other failure (500 when the trainer fails on a request). Declaring them
+  ``default`` for any other failure (503 with Retry-After when the database was too busy for
+  the request, 500 when the trainer fails on a request). Declaring them
   also keeps FastAPI from listing its own 422 body, which this service never sends.
 - `lines`: an answer streamed as line-delimited JSON (``application/x-ndjson``), one object of
   the given type a line.
@@ -53,7 +54,9 @@ def errors(*statuses: int | tuple[int, str]) -> dict[int | str, dict[str, Any]]:
         out[status] = {"model": ErrorBody, "description": meaning}
     out["default"] = {
         "model": ErrorBody,
-        "description": "Any other failure: 500 when the trainer failed on the request.",
+        "description": "Any other failure: 503 with Retry-After when the trainer's database "
+        "was too busy for the request (nothing of it was saved: send it again after that many "
+        "seconds), 500 when the trainer failed on the request.",
     }
     return out
 

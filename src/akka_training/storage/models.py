@@ -222,13 +222,15 @@ class Attempt(Base):
 
 
 class Claim(Base):
-    """Devices requested by (QUEUED) or granted to (GRANTED) one run in one pool."""
+    """Devices requested by (QUEUED) or granted to (GRANTED) one run, or one task (`kind`
+    ``evaluation``: `task_id`), in one pool."""
 
     __tablename__ = "claims"
     __table_args__ = (Index("ix_claims_pool_state", "pool", "state"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(16), default="run")
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"), index=True)
+    task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id"), index=True)
     project: Mapped[str] = mapped_column(String(64))
     pool: Mapped[str] = mapped_column(String(64))
     devices: Mapped[int] = mapped_column(Integer)
@@ -310,6 +312,9 @@ class Task(Base):
     # The latest progress report: {message, done, total}.
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The W3C traceparent of the span the task was submitted in (an evaluation's
+    # evaluation.submit): its job's spans join that trace.
+    traceparent: Mapped[str | None] = mapped_column(String(64))
     # Set when the job reported its end (finished, failed): the controller then only waits
     # for the job to exit.
     reported: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -1,9 +1,14 @@
 """Minting tokens: the first admin token, the token of each job attempt and of each task. The request path
 (`server/services/tokens.py`) and the controller (`controller/launch.py`) both mint, so the
-minting lives here, beside the rows it writes."""
+minting lives here, beside the rows it writes, and so does the revocation of an attempt's tokens
+when the attempt ends (its end report, or the controller seeing its job gone), and of a task's
+tokens when the task ends."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from akka_training.storage.ids import hash_secret, new_id, new_secret
@@ -46,3 +51,26 @@ def create_task_token(session: Session, task_id: str, project: str) -> str:
         )
     )
     return secret
+
+
+def revoke_attempt_tokens(session: Session, run_id: str, attempt: int, now: datetime) -> None:
+    """The tokens of one ended attempt stop working (every launch try minted one)."""
+    session.execute(
+        update(Token)
+        .where(
+            Token.kind == "job",
+            Token.run_id == run_id,
+            Token.attempt == attempt,
+            Token.revoked_at.is_(None),
+        )
+        .values(revoked_at=now)
+    )
+
+
+def revoke_task_tokens(session: Session, task_id: str, now: datetime) -> None:
+    """The tokens of one ended task stop working."""
+    session.execute(
+        update(Token)
+        .where(Token.kind == "task", Token.task_id == task_id, Token.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )

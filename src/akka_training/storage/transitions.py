@@ -125,3 +125,43 @@ def current_claim(session: Session, run_id: str) -> Claim | None:
         .where(Claim.run_id == run_id, Claim.state.in_(OPEN_CLAIM_STATES))
         .order_by(desc(Claim.id))
     )
+
+
+# --- a task's claim (an evaluation claims devices like a run) -----------------------------------
+
+TASK_CLAIM_KIND = "evaluation"
+
+
+def open_task_claim(session: Session, task_id: str, project: str, pool: str, devices: int) -> Claim:
+    """The QUEUED claim of a task on `devices` devices of `pool`; the task launches once the
+    controller grants it."""
+    claim = Claim(
+        kind=TASK_CLAIM_KIND,
+        run_id=None,
+        task_id=task_id,
+        project=project,
+        pool=pool,
+        devices=devices,
+        device_ids=[],
+        state=ClaimState.QUEUED,
+    )
+    session.add(claim)
+    return claim
+
+
+def task_claim(session: Session, task_id: str) -> Claim | None:
+    """The task's open claim (queued or granted), if it has one."""
+    return session.scalar(
+        select(Claim)
+        .where(Claim.task_id == task_id, Claim.state.in_(OPEN_CLAIM_STATES))
+        .order_by(desc(Claim.id))
+    )
+
+
+def release_task_claim(session: Session, task_id: str, now: datetime | None = None) -> None:
+    """The task's devices go back to its pool (when its job is gone, or never ran)."""
+    claim = task_claim(session, task_id)
+    if claim is None:
+        return
+    claim.state = ClaimState.RELEASED
+    claim.released_at = now or datetime.now(UTC)

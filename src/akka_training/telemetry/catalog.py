@@ -39,6 +39,7 @@ from typing import Literal
 
 from akka_training.core.failures import FailureReason
 from akka_training.core.phases import Phase
+from akka_training.core.states import TaskState
 
 PREFIX = "akka.optimize.training."
 
@@ -53,6 +54,8 @@ class Instrument(StrEnum):
 class Publisher(StrEnum):
     SERVICE = "service"
     JOB = "job"
+    # An evaluation's job (a task, not a run's attempt: its resource names the evaluation).
+    EVALUATION = "evaluation"
 
 
 AttributeType = Literal["string", "int", "double", "bool"]
@@ -160,6 +163,10 @@ STEP_PHASE = _P + "step.phase"
 STEP = _P + "step.number"
 SNAPSHOT = _P + "snapshot"
 DATASET = _P + "dataset"
+EVALUATION_ID = _P + "evaluation.id"
+EVALUATION_STATE = _P + "evaluation.state"
+EVALUATION_METRIC = _P + "evaluation.metric"
+EVALUATION_PHASE = _P + "evaluation.phase"
 REWARD_TERM = _P + "reward.term"
 REWARD_FAILURE_CAUSE = _P + "reward.failure.cause"
 # OpenTelemetry semantic-convention names (see `ECOSYSTEM_ATTRIBUTES`).
@@ -176,6 +183,7 @@ GPU_ECC_TYPE = _P + "gpu.ecc.type"
 GPU_XID = _P + "gpu.xid"
 
 SFT_PHASES = ("step", "evaluation", "save")
+EVALUATION_PHASES = ("load", "generate", "score", "save")
 RL_PHASES = ("generation", "reward", "update")
 MEMORY_PARTS = (
     "weights",
@@ -248,6 +256,21 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(STEP, "int", "A training step (optimizer update) number."),
     AttributeSpec(SNAPSHOT, "string", "A snapshot's name."),
     AttributeSpec(DATASET, "string", "A dataset reference, `PROJECT/NAME:vN`."),
+    AttributeSpec(EVALUATION_ID, "string", "An evaluation's id."),
+    AttributeSpec(
+        EVALUATION_STATE, "string", "An evaluation's state.", tuple(s.value for s in TaskState)
+    ),
+    AttributeSpec(
+        EVALUATION_METRIC, "string", "A metric of an evaluation's plan, by the name it declares."
+    ),
+    AttributeSpec(
+        EVALUATION_PHASE,
+        "string",
+        "A part of an evaluation's job: load (the base model and the adapter), generate (every "
+        "sample, and the expected answers' loss), score (the reward terms), save (the scored "
+        "samples).",
+        EVALUATION_PHASES,
+    ),
     AttributeSpec(REWARD_TERM, "string", "A reward term's name, as the plan declares it."),
     AttributeSpec(
         REWARD_FAILURE_CAUSE,
@@ -295,6 +318,19 @@ JOB_RESOURCE_ATTRIBUTES: tuple[str, ...] = (
     K8S_NODE,
     K8S_NAMESPACE,
 )
+# Resource attributes of an evaluation's job: the evaluation and its project always, the run
+# whose adapter it scores (none for a base model) and where it runs where known.
+EVALUATION_RESOURCE_ATTRIBUTES: tuple[str, ...] = (
+    EVALUATION_ID,
+    PROJECT,
+    RUN_ID,
+    POD,
+    NODE,
+    K8S_POD,
+    K8S_NODE,
+    K8S_NAMESPACE,
+)
+EVALUATION_REQUIRED_RESOURCE_ATTRIBUTES: tuple[str, ...] = (EVALUATION_ID, PROJECT)
 # Names outside the prefix: the OpenTelemetry semantic conventions' own.
 ECOSYSTEM_ATTRIBUTES: tuple[str, ...] = (K8S_POD, K8S_NODE, K8S_NAMESPACE, TOKEN_TYPE)
 # The ones a job cannot publish without.
@@ -327,7 +363,7 @@ COMPLETION_LENGTH_BOUNDARIES = (
 # --- metrics --------------------------------------------------------------------------------------
 
 _C, _U, _G, _H = Instrument.COUNTER, Instrument.UP_DOWN, Instrument.GAUGE, Instrument.HISTOGRAM
-_SVC, _JOB = Publisher.SERVICE, Publisher.JOB
+_SVC, _JOB, _EVAL = Publisher.SERVICE, Publisher.JOB, Publisher.EVALUATION
 _POOL = (POOL_NAME, POOL_ACCELERATOR)
 _GPU = (GPU_UUID, GPU_INDEX)
 
@@ -373,6 +409,14 @@ _SERVICE_METRICS = (
         (PROJECT,),
     ),
     _m("runs", _G, "{run}", _SVC, "Runs by project and phase.", (PROJECT, RUN_PHASE)),
+    _m(
+        "evaluations",
+        _G,
+        "{evaluation}",
+        _SVC,
+        "Evaluations by project and state.",
+        (PROJECT, EVALUATION_STATE),
+    ),
     _m(
         "run.failures",
         _C,
@@ -530,6 +574,92 @@ _RL_STEP_METRICS = (
         _JOB,
         "Mean token entropy of the policy on the step's completions.",
     ),
+    _m(
+        "rl.health.completions.distinct.group.ratio",
+        _G,
+        "1",
+        _JOB,
+        "Mean share of distinct completions within a prompt group of the step (health).",
+    ),
+    _m(
+        "rl.health.completions.distinct.step.ratio",
+        _G,
+        "1",
+        _JOB,
+        "Share of distinct completions among the step's rollouts (health).",
+    ),
+    _m(
+        "rl.health.answers.distinct.group.ratio",
+        _G,
+        "1",
+        _JOB,
+        "Mean share of distinct final answers within a prompt group of the step (health).",
+    ),
+    _m(
+        "rl.health.answers.distinct.step.ratio",
+        _G,
+        "1",
+        _JOB,
+        "Share of distinct final answers among the step's rollouts: the answer-collapse monitor.",
+    ),
+    _m(
+        "rl.health.length.drift.ratio",
+        _G,
+        "1",
+        _JOB,
+        "Mean completion length over that of the job's first steps: the length-drift monitor.",
+    ),
+    _m(
+        "rl.health.term.failure.ratio",
+        _G,
+        "1",
+        _JOB,
+        "Share of the step's rollouts a judge or http term could not score.",
+        (REWARD_TERM,),
+    ),
+    _m(
+        "rl.health.term.latency.p95",
+        _G,
+        "s",
+        _JOB,
+        "95th percentile of the seconds a judge or http term took per rollout in the step.",
+        (REWARD_TERM,),
+    ),
+    _m(
+        "rl.health.judge.failure.ratio",
+        _G,
+        "1",
+        _JOB,
+        "The largest failure share of the judge and http terms: the judge-failures monitor.",
+    ),
+    _m(
+        "rl.health.judge.latency.p95",
+        _G,
+        "s",
+        _JOB,
+        "The slowest judge or http term's 95th percentile latency: the judge-latency monitor.",
+    ),
+    _m(
+        "rl.health.reward.rise",
+        _G,
+        "{reward}",
+        _JOB,
+        "Mean reward of the latest steps minus that of the job's first steps.",
+    ),
+    _m(
+        "rl.health.term.rise",
+        _G,
+        "{reward}",
+        _JOB,
+        "The same rise for the correctness term's share (reward hacking).",
+    ),
+    _m(
+        "rl.health.hacking.gap",
+        _G,
+        "{reward}",
+        _JOB,
+        "Reward rise minus the correctness term's rise: the reward-hacking monitor.",
+    ),
     _m("rl.policy.loss", _G, "{loss}", _JOB, "Policy-gradient loss of the latest update (verl)."),
     _m("rl.learning_rate", _G, "{lr}", _JOB, "Learning rate of the latest step."),
     _m("rl.grad_norm", _G, "{norm}", _JOB, "Gradient norm of the latest update."),
@@ -552,6 +682,16 @@ _REWARD_METRICS = (
         _JOB,
         "Rollouts a reward term could not score (they score 0 for the term), by cause.",
         (REWARD_TERM, REWARD_FAILURE_CAUSE),
+    ),
+    _m(
+        "reward.term.retries",
+        _C,
+        "{retry}",
+        _JOB,
+        "Tries a remote reward term (judge, http) made again after its endpoint answered 429 "
+        "or 5xx, within the term's timeoutSeconds (a rollout still scores 0 for the term, "
+        "cause http-status, once that budget is spent).",
+        (REWARD_TERM,),
     ),
     _m(
         "reward.judge.tokens",
@@ -666,6 +806,66 @@ _JOB_STATE_METRICS = (
     ),
 )
 
+_EVALUATION_METRICS = (
+    _m(
+        "evaluation.metric.mean",
+        _G,
+        "{score}",
+        _EVAL,
+        "A metric's mean over the evaluated set (samples; prompts for loss and pass@k), set "
+        "when the evaluation's job has scored every sample.",
+        (EVALUATION_METRIC,),
+    ),
+    _m(
+        "evaluation.metric.low",
+        _G,
+        "{score}",
+        _EVAL,
+        "The lower bound of the metric's 95% interval (as `evaluations results` shows it).",
+        (EVALUATION_METRIC,),
+    ),
+    _m(
+        "evaluation.metric.high",
+        _G,
+        "{score}",
+        _EVAL,
+        "The upper bound of the metric's 95% interval.",
+        (EVALUATION_METRIC,),
+    ),
+    _m(
+        "evaluation.samples",
+        _C,
+        "{sample}",
+        _EVAL,
+        "Samples generated, counted as the job goes (published at 0 when it starts).",
+    ),
+    _m(
+        "evaluation.samples.scored",
+        _C,
+        "{sample}",
+        _EVAL,
+        "Samples scored by the reward terms, counted as the job goes (published at 0).",
+    ),
+    _m(
+        "evaluation.phase.duration",
+        _H,
+        "s",
+        _EVAL,
+        "Duration of a part of the evaluation's job: load, generate, score, save.",
+        (EVALUATION_PHASE,),
+        STEP_TIMING_BOUNDARIES,
+    ),
+    _m(
+        "evaluation.completion.length",
+        _H,
+        "{token}",
+        _EVAL,
+        "Completion lengths of the generated samples, in tokens.",
+        (),
+        COMPLETION_LENGTH_BOUNDARIES,
+    ),
+)
+
 METRICS: tuple[MetricSpec, ...] = (
     _SERVICE_METRICS
     + _STEP_METRICS
@@ -674,6 +874,7 @@ METRICS: tuple[MetricSpec, ...] = (
     + _REWARD_METRICS
     + _GPU_METRICS
     + _JOB_STATE_METRICS
+    + _EVALUATION_METRICS
 )
 
 # --- spans ----------------------------------------------------------------------------------------
@@ -699,6 +900,12 @@ SPANS: tuple[SpanSpec, ...] = (
         _SVC,
         "The service streams and registers a dataset (its own trace: no run yet).",
         (PROJECT, DATASET),
+    ),
+    SpanSpec(
+        _P + "evaluation.submit",
+        _SVC,
+        "The service checks, resolves and stores an evaluation (its own trace).",
+        (PROJECT, EVALUATION_ID, DATASET),
     ),
     SpanSpec(_P + "job", _JOB, "A job process, from start to exit.", (*_RUN, RUN_ATTEMPT)),
     SpanSpec(_P + "job.prepare", _JOB, "The job loads the model and tokenises the data."),
@@ -727,6 +934,34 @@ SPANS: tuple[SpanSpec, ...] = (
         _JOB,
         "A reinforcement step updates the policy (a child of its step).",
         (STEP,),
+    ),
+    SpanSpec(
+        _P + "evaluation",
+        _EVAL,
+        "An evaluation's job, from reading its dataset to its result: a child of the "
+        "evaluation's `evaluation.submit`, so that the submission and the job share a trace.",
+        (PROJECT, EVALUATION_ID),
+    ),
+    SpanSpec(
+        _P + "evaluation.load",
+        _EVAL,
+        "The evaluation's job loads the base model and the adapter (a child of `evaluation`).",
+    ),
+    SpanSpec(
+        _P + "evaluation.generate",
+        _EVAL,
+        "The model generates every sample and, for a loss metric, measures the expected "
+        "answers (a child of `evaluation`).",
+    ),
+    SpanSpec(
+        _P + "evaluation.score",
+        _EVAL,
+        "The plan's reward terms score every sample (a child of `evaluation`).",
+    ),
+    SpanSpec(
+        _P + "evaluation.save",
+        _EVAL,
+        "The job writes the scored samples to the blob store (a child of `evaluation`).",
     ),
 )
 

@@ -4,7 +4,8 @@
     python -m akka_training.telemetry.dashboard --project maths > maths/dashboard.json
 
 The dashboard has the fixed uid ``akka-training`` (the links `GrafanaLinks` prints open it) and
-the variables ``project``, ``run`` and ``attempt``. Every metric is named through
+the variables ``project``, ``run`` and ``attempt`` (the run panels), and ``evaluation`` (the
+evaluation panels: the metrics with their intervals, samples, time by part, completion lengths). Every metric is named through
 `catalog.prometheus_name`, so a renamed metric changes the dashboard with it; a test keeps the
 file in deploy/ equal to this output.
 
@@ -34,6 +35,9 @@ _RUN = c.prometheus_label(c.RUN_ID)
 _ATTEMPT = c.prometheus_label(c.RUN_ATTEMPT)
 # The selector every job panel uses.
 _SEL = f'{_PROJECT}="$project", {_RUN}="$run", {_ATTEMPT}=~"$attempt"'
+_EVALUATION = c.prometheus_label(c.EVALUATION_ID)
+# The selector of the evaluation panels (their jobs have no run attempt).
+_EVAL_SEL = f'{_PROJECT}="$project", {_EVALUATION}=~"$evaluation"'
 
 
 def build(project: str | None = None) -> dict[str, Any]:
@@ -47,7 +51,8 @@ def build(project: str | None = None) -> dict[str, Any]:
         "uid": UID,
         "title": TITLE,
         "description": "A training run of akka training: progress, loss and reward, reward "
-        "graders, timings, memory, GPU health, and the pools' capacity over time.",
+        "graders, timings, memory, GPU health, the pools' capacity over time, and the "
+        "project's evaluations.",
         "tags": ["akka-training"],
         "editable": False,
         "graphTooltip": 1,
@@ -84,6 +89,10 @@ def _n(short: str) -> str:
 
 def _job(short: str, suffix: str = "") -> str:
     return f"{_n(short)}{suffix}{{{_SEL}}}"
+
+
+def _evaluation(short: str, suffix: str = "") -> str:
+    return f"{_n(short)}{suffix}{{{_EVAL_SEL}}}"
 
 
 def _once(short: str, by: str, selector: str = "") -> str:
@@ -129,6 +138,9 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
     pool = c.prometheus_label(c.POOL_NAME)
     state = c.prometheus_label(c.CLAIM_STATE)
     run_phase = c.prometheus_label(c.RUN_PHASE)
+    evaluation_state = c.prometheus_label(c.EVALUATION_STATE)
+    evaluation_phase = c.prometheus_label(c.EVALUATION_PHASE)
+    metric = c.prometheus_label(c.EVALUATION_METRIC)
     project_sel = f'{{{_PROJECT}="$project"}}'
     pools = f"{pool}, {c.prometheus_label(c.POOL_ACCELERATOR)}"
     failure = c.prometheus_label(c.FAILURE_REASON)
@@ -412,6 +424,17 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                     stacked=True,
                 ),
                 _ts(
+                    "Project evaluations by state",
+                    [
+                        (
+                            _once("evaluations", f"{_PROJECT}, {evaluation_state}", project_sel),
+                            f"{{{{{evaluation_state}}}}}",
+                        )
+                    ],
+                    "none",
+                    stacked=True,
+                ),
+                _ts(
                     "Run failures",
                     [
                         (
@@ -419,6 +442,61 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                             f"(increase({_n('run.failures')}{project_sel}[$__rate_interval]))",
                             f"{{{{{failure}}}}}",
                         )
+                    ],
+                    "none",
+                ),
+            ],
+        ),
+        (
+            "Evaluations",
+            [
+                _ts(
+                    "Evaluation metrics (mean, 95% interval)",
+                    [
+                        (
+                            f"max by ({_EVALUATION}, {metric}) "
+                            f"({_evaluation('evaluation.metric.' + bound)})",
+                            f"{{{{{_EVALUATION}}}}} {{{{{metric}}}}} {bound}",
+                        )
+                        for bound in ("mean", "low", "high")
+                    ],
+                    "none",
+                ),
+                _ts(
+                    "Evaluation samples",
+                    [
+                        (
+                            f"sum by ({_EVALUATION}) ({_evaluation('evaluation.samples')})",
+                            f"{{{{{_EVALUATION}}}}} generated",
+                        ),
+                        (
+                            f"sum by ({_EVALUATION}) ({_evaluation('evaluation.samples.scored')})",
+                            f"{{{{{_EVALUATION}}}}} scored",
+                        ),
+                    ],
+                    "none",
+                ),
+                _ts(
+                    "Evaluation time by part",
+                    [
+                        (
+                            f"sum by ({_EVALUATION}, {evaluation_phase}) "
+                            f"({_evaluation('evaluation.phase.duration', '_sum')})",
+                            f"{{{{{_EVALUATION}}}}} {{{{{evaluation_phase}}}}}",
+                        )
+                    ],
+                    "s",
+                    stacked=True,
+                ),
+                _ts(
+                    "Evaluation completion length",
+                    [
+                        (
+                            f"histogram_quantile({q}, sum by (le, {_EVALUATION}) "
+                            f"({_evaluation('evaluation.completion.length', '_bucket')}))",
+                            f"{{{{{_EVALUATION}}}}} p{round(q * 100)}",
+                        )
+                        for q in (0.5, 0.9, 0.99)
                     ],
                     "none",
                 ),
@@ -458,6 +536,7 @@ def _heatmap(title: str, expr: str) -> dict[str, Any]:
 
 def _variables(project: str | None) -> list[dict[str, Any]]:
     heartbeat = _n("job.heartbeat.timestamp")
+    evaluated = _n("evaluation.samples")
     if project is None:
         project_var = _query_var("project", "Project", f"label_values({heartbeat}, {_PROJECT})")
     else:
@@ -489,6 +568,17 @@ def _variables(project: str | None) -> list[dict[str, Any]]:
                 "attempt",
                 "Attempt",
                 f'label_values({heartbeat}{{{_PROJECT}="$project", {_RUN}="$run"}}, {_ATTEMPT})',
+            ),
+            "includeAll": True,
+            "allValue": ".*",
+            "multi": True,
+            "current": {"text": "All", "value": "$__all"},
+        },
+        {
+            **_query_var(
+                "evaluation",
+                "Evaluation",
+                f'label_values({evaluated}{{{_PROJECT}="$project"}}, {_EVALUATION})',
             ),
             "includeAll": True,
             "allValue": ".*",

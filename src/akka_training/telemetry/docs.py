@@ -24,6 +24,8 @@ def render() -> str:
         _metric_table("Service metrics", c.metrics_of(c.Publisher.SERVICE)),
         _metric_table("Job metrics", c.metrics_of(c.Publisher.JOB)),
         _job_resource(),
+        _metric_table("Evaluation metrics", c.metrics_of(c.Publisher.EVALUATION)),
+        _evaluation_resource(),
         _boundaries(),
         _figures(),
         _spans(),
@@ -65,18 +67,32 @@ def _metric_table(title: str, specs: Iterable[c.MetricSpec]) -> str:
 
 
 def _job_resource() -> str:
-    lines = [
+    return _resource(
         "### Resource attributes of a job",
-        "",
         "Every metric and span of a job carries these resource attributes (the first three "
         "always, the others where they apply), besides `service.name` = `akka-training-job`. "
         "The service's own metrics and spans carry `service.name` = `akka-training` and no run. "
         "The pod and node appear twice, under the documented names and under OpenTelemetry's "
         "Kubernetes conventions (`k8s.pod.name`, `k8s.node.name`), with `k8s.namespace.name`.",
-        "",
-    ]
-    required = set(c.JOB_REQUIRED_RESOURCE_ATTRIBUTES)
-    for name in c.JOB_RESOURCE_ATTRIBUTES:
+        c.JOB_RESOURCE_ATTRIBUTES,
+        c.JOB_REQUIRED_RESOURCE_ATTRIBUTES,
+    )
+
+
+def _evaluation_resource() -> str:
+    return _resource(
+        "### Resource attributes of an evaluation's job",
+        "An evaluation runs as a job of its own (`evaluations start`), with `service.name` = "
+        "`akka-training-job` and these resource attributes instead of a run's attempt (the "
+        "first two always; the run when the evaluation scores a run's adapter):",
+        c.EVALUATION_RESOURCE_ATTRIBUTES,
+        c.EVALUATION_REQUIRED_RESOURCE_ATTRIBUTES,
+    )
+
+
+def _resource(title: str, intro: str, names: tuple[str, ...], required: tuple[str, ...]) -> str:
+    lines = [title, "", intro, ""]
+    for name in names:
         spec = c.attribute(name)
         note = " Always present." if name in required else ""
         lines.append(f"- `{name}` (label `{c.prometheus_label(name)}`): {spec.description}{note}")
@@ -127,6 +143,9 @@ def _spans() -> str:
         "`akka.optimize.training.job` is its child. A step's span (`job.step`) holds its "
         "phases: generation, reward and update for a reinforcement step (from the engine's own "
         "timings on verl), the evaluation and the snapshot save for a step that had them. "
+        "An evaluation's job joins the trace of its submission the same way: its root span "
+        "`akka.optimize.training.evaluation` is a child of `evaluation.submit`, with a span for "
+        "each part of its work (load, generate, score, save). "
         "Spans are exported to `trainer.telemetry.collector-endpoint` over OTLP/HTTP.",
         "",
         "| Span | Published by | Attributes | Description |",
@@ -261,7 +280,9 @@ dashboards and alerts across runs. Every name starts with `akka.optimize.trainin
   a run-failure counter, by one path per deployment (`trainer.telemetry.service-metrics`):
   `otlp`, the default when `trainer.telemetry.collector-endpoint` is set, exports them to the
   collector and `GET /metrics` answers 404 naming the collector; `scrape`, the default without
-  a collector, serves them in Prometheus text at `GET /metrics` and exports none over OTLP.
+  a collector, serves them in Prometheus text at `GET /metrics` (for the metrics token,
+  `trainer.telemetry.metrics-token-file`, and admin tokens: they cover every project) and
+  exports none over OTLP.
   Both at once would show every service series twice. The dashboard's capacity panels take
   each gauge once per label set (`max by`), so several replicas of the service never double
   them either. Service metrics carry the project, never the run.

@@ -55,6 +55,18 @@ Every step, whatever its figures, adds 1 to the kind's step counter
 | kl                             | rl.kl                                        |                       |
 | entropy                        | rl.entropy                                   |                       |
 | policy_loss                    | rl.policy.loss                               |                       |
+| health/distinct_completions/group | rl.health.completions.distinct.group.ratio |                    |
+| health/distinct_completions/step | rl.health.completions.distinct.step.ratio  |                       |
+| health/distinct_answers/group  | rl.health.answers.distinct.group.ratio       |                       |
+| health/distinct_answers/step   | rl.health.answers.distinct.step.ratio        |                       |
+| health/length_drift            | rl.health.length.drift.ratio                 |                       |
+| health/term_failures/<term>    | rl.health.term.failure.ratio                 | reward.term=<term>    |
+| health/term_latency_p95/<term> | rl.health.term.latency.p95                   | reward.term=<term>    |
+| health/judge_failures          | rl.health.judge.failure.ratio                |                       |
+| health/judge_latency_p95       | rl.health.judge.latency.p95                  |                       |
+| health/reward_rise             | rl.health.reward.rise                        |                       |
+| health/term_rise               | rl.health.term.rise                          |                       |
+| health/hacking_gap             | rl.health.hacking.gap                        |                       |
 | learning_rate                  | rl.learning_rate                             |                       |
 | grad_norm                      | rl.grad_norm                                 |                       |
 
@@ -192,6 +204,16 @@ _RL: dict[str, Route] = {
     "policy_loss": _r("rl.policy.loss"),
     "learning_rate": _r("rl.learning_rate"),
     "grad_norm": _r("rl.grad_norm"),
+    "health/distinct_completions/group": _r("rl.health.completions.distinct.group.ratio"),
+    "health/distinct_completions/step": _r("rl.health.completions.distinct.step.ratio"),
+    "health/distinct_answers/group": _r("rl.health.answers.distinct.group.ratio"),
+    "health/distinct_answers/step": _r("rl.health.answers.distinct.step.ratio"),
+    "health/length_drift": _r("rl.health.length.drift.ratio"),
+    "health/judge_failures": _r("rl.health.judge.failure.ratio"),
+    "health/judge_latency_p95": _r("rl.health.judge.latency.p95"),
+    "health/reward_rise": _r("rl.health.reward.rise"),
+    "health/term_rise": _r("rl.health.term.rise"),
+    "health/hacking_gap": _r("rl.health.hacking.gap"),
 }
 _FIXED: dict[str, dict[str, Route]] = {
     "sft": {**_COMMON, **_MEMORY, **_SFT},
@@ -203,6 +225,8 @@ _PATTERNS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
     "rl": (
         ("terms/", "/share_mean", c.PREFIX + "rl.term.share.mean", c.REWARD_TERM),
         ("terms/", "/share_std", c.PREFIX + "rl.term.share.std", c.REWARD_TERM),
+        ("health/term_failures/", "", c.PREFIX + "rl.health.term.failure.ratio", c.REWARD_TERM),
+        ("health/term_latency_p95/", "", c.PREFIX + "rl.health.term.latency.p95", c.REWARD_TERM),
     ),
 }
 _HISTOGRAMS: dict[str, Route] = {

@@ -16,7 +16,8 @@ What an engine calls::
     telemetry.training("rl")                      # phase TRAINING; the step counter starts at 0
     telemetry.step("rl", 1, {"reward/mean": 0.4, "timing/generation": 2.1, ...})
     telemetry.reward_stats(timings={"judge": [0.8, 1.2]}, failures={("judge", "timeout"): 1},
-                           judge_prompt_tokens={"judge": 900}, judge_completion_tokens={"judge": 40})
+                           judge_prompt_tokens={"judge": 900}, judge_completion_tokens={"judge": 40},
+                           retries={"judge": 2})
     telemetry.histograms({"reward": [...], "reward/correct": [...], "completion_length": [...]})
     telemetry.shutdown()
 
@@ -144,6 +145,8 @@ class JobTelemetry:
             for cause in causes:
                 attrs = {c.REWARD_TERM: term, c.REWARD_FAILURE_CAUSE: cause}
                 self._m[p + "reward.term.failures"].add(0, attrs)
+            if kind in _REMOTE_TERMS:
+                self._m[p + "reward.term.retries"].add(0, {c.REWARD_TERM: term})
             if kind == "judge":
                 for side in c.TOKEN_TYPES:
                     self._m[p + "reward.judge.tokens"].add(
@@ -214,11 +217,16 @@ class JobTelemetry:
         failures: Mapping[tuple[str, str], int] | None = None,
         judge_prompt_tokens: Mapping[str, int] | None = None,
         judge_completion_tokens: Mapping[str, int] | None = None,
+        retries: Mapping[str, int] | None = None,
     ) -> None:
         """A step's reward scoring, as the scorer accounts for a batch: `timings`, seconds per
         scored rollout by term; `failures`, rollouts not scored by (term, cause), cause one of
-        `catalog.REWARD_FAILURE_CAUSES`; the tokens each judge term's model read and wrote."""
+        `catalog.REWARD_FAILURE_CAUSES`; the tokens each judge term's model read and wrote;
+        `retries`, the tries each remote term made again after a 429 or 5xx."""
         p = c.PREFIX
+        for term, count in (retries or {}).items():
+            if count:
+                self._m[p + "reward.term.retries"].add(count, {c.REWARD_TERM: term})
         for term, seconds in (timings or {}).items():
             for value in seconds:
                 self._m[p + "reward.term.timing"].record(float(value), {c.REWARD_TERM: term})

@@ -63,13 +63,26 @@ def job_resource(
         c.RUN_ENGINE: engine,
         c.PIPELINE_ID: pipeline,
         c.PIPELINE_STAGE: stage,
+    }
+    return placed(values, pod, node, namespace)
+
+
+def placed(
+    values: Mapping[str, ResourceValue | None],
+    pod: str | None,
+    node: str | None,
+    namespace: str | None,
+) -> dict[str, ResourceValue]:
+    """`values` with where the process runs (the pod and node under both names, as
+    `job_resource` says), absent values left out."""
+    where = {
         c.POD: pod,
         c.NODE: node,
         c.K8S_POD: pod,
         c.K8S_NODE: node,
         c.K8S_NAMESPACE: namespace,
     }
-    return {k: v for k, v in values.items() if v is not None}
+    return {k: v for k, v in {**values, **where}.items() if v is not None}
 
 
 def job_resource_from_spec(
@@ -97,12 +110,22 @@ def job_resource_from_spec(
 def check_job_resource(attrs: Mapping[str, ResourceValue]) -> None:
     """Refuse a job resource without run, attempt and project, or with a name the catalog
     does not list as a job resource attribute."""
-    missing = [k for k in c.JOB_REQUIRED_RESOURCE_ATTRIBUTES if k not in attrs]
-    unknown = [k for k in attrs if k not in c.JOB_RESOURCE_ATTRIBUTES]
+    check_resource(attrs, "job", c.JOB_REQUIRED_RESOURCE_ATTRIBUTES, c.JOB_RESOURCE_ATTRIBUTES)
+
+
+def check_resource(
+    attrs: Mapping[str, ResourceValue],
+    what: str,
+    required: Sequence[str],
+    allowed: Sequence[str],
+) -> None:
+    """Refuse a resource that lacks a `required` name or holds one outside `allowed`."""
+    missing = [k for k in required if k not in attrs]
+    unknown = [k for k in attrs if k not in allowed]
     if missing or unknown:
         raise ValueError(
-            f"job resource attributes: missing {missing or 'none'}, unknown {unknown or 'none'}; "
-            f"allowed: {', '.join(c.JOB_RESOURCE_ATTRIBUTES)}"
+            f"{what} resource attributes: missing {missing or 'none'}, unknown "
+            f"{unknown or 'none'}; allowed: {', '.join(allowed)}"
         )
 
 

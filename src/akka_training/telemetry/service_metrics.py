@@ -40,6 +40,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from akka_training.core.failures import FailureReason
 from akka_training.core.phases import Phase
+from akka_training.core.states import TaskState
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry.otel import (
     METER_NAME,
@@ -97,6 +98,8 @@ class CapacitySnapshot:
     # Runs by (project, phase). Every phase of a project listed here is published, with 0 for
     # the phases it has no run in.
     runs_by_phase: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # Evaluations by (project, state), published as runs are.
+    evaluations_by_state: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 class ServiceTelemetry:
@@ -186,6 +189,7 @@ class ServiceTelemetry:
             p + "project.devices.claimed": self._observe(_project_claimed),
             p + "project.devices.quota": self._observe(_project_quota),
             p + "runs": self._observe(_runs),
+            p + "evaluations": self._observe(_evaluations),
         }
 
     def _observe(
@@ -257,3 +261,11 @@ def _runs(snapshot: CapacitySnapshot) -> Iterable[Observation]:
         for phase in Phase:
             count = snapshot.runs_by_phase.get((project, phase.value), 0)
             yield Observation(count, {c.PROJECT: project, c.RUN_PHASE: phase.value})
+
+
+def _evaluations(snapshot: CapacitySnapshot) -> Iterable[Observation]:
+    projects = sorted({project for project, _ in snapshot.evaluations_by_state})
+    for project in projects:
+        for state in TaskState:
+            count = snapshot.evaluations_by_state.get((project, state.value), 0)
+            yield Observation(count, {c.PROJECT: project, c.EVALUATION_STATE: state.value})

@@ -148,6 +148,7 @@ class InProcessTrainer:
         cfg = self.settings.trainer.controller
         return Limits(
             start_retries=cfg.start_retries,
+            job_retries=cfg.job_retries,
             retry_base_seconds=cfg.retry_base_seconds,
             stall_seconds=cfg.stall_seconds,
             unreachable_seconds=cfg.unreachable_seconds,

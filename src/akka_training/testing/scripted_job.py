@@ -71,6 +71,8 @@ def main(path: str) -> int:
     start = base
     if spec.resume is not None:
         start = json.loads(blobs.get_bytes(f"{spec.resume.training_state}/state.json"))["step"]
+    # As the job's entry point: SIGTERM is a save-and-stop unless the service says stop.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: reporter.terminated())
     reporter.started(Placement(host=socket.gethostname(), pid=os.getpid()))
     reporter.training(
         TrainingReport(

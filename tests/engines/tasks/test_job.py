@@ -4,6 +4,7 @@ task stops quietly. (The merge itself, on real runs, is in tests/integration/tes
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,15 @@ def run(task: TaskSpec, server: ReportServer, tmp_path: Path) -> int:
 
 
 def test_every_task_kind_names_a_function() -> None:
-    assert TASKS == {"merge": "akka_training.engines.tasks.merge:merge"}
+    assert TASKS == {
+        "merge": "akka_training.engines.tasks.merge:merge",
+        "regrade": "akka_training.engines.tasks.regrade:regrade",
+        "preview": "akka_training.engines.tasks.preview:preview",
+        "evaluate": "akka_training.engines.tasks.evaluate:evaluate",
+    }
+    for path in TASKS.values():
+        module, name = path.split(":")
+        assert callable(getattr(importlib.import_module(module), name))
 
 
 def test_a_merge_fails_saying_the_node_cannot_read_the_base_model(
@@ -117,11 +126,12 @@ def test_an_unknown_kind_fails_naming_the_kinds_this_job_runs(
     catalog: dict[str, dict[str, Any]],
     tmp_path: Path,
 ) -> None:
-    task = spec(store, report_server.url, pin(catalog["tiny-chat"]), kind="regrade")
+    task = spec(store, report_server.url, pin(catalog["tiny-chat"]), kind="distill")
 
     assert run(task, report_server, tmp_path) == 1
 
     assert report_server.of("failed")[0]["message"] == (
-        "this job knows no task 'regrade' (it runs merge): the cluster's akka-training is "
+        "this job knows no task 'distill' (it runs evaluate, merge, preview, regrade): the "
+        "cluster's akka-training is "
         "older than the service's"
     )

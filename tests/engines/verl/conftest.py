@@ -83,6 +83,7 @@ def make_spec(
     terms: list[dict[str, Any]] | None = None,
     model_path: str = "/models/tiny-chat",
     save_every: int = 2,
+    monitors: dict[str, Any] | None = None,
 ) -> JobSpec:
     """A resolved grpo/gspo plan as the service hands it to a verl job."""
     dataset = {
@@ -129,6 +130,8 @@ def make_spec(
         },
         "execution": {"gpus": gpus, "saveEvery": save_every},
     }
+    if monitors is not None:
+        settings["config"]["monitors"] = monitors
     if eval_dataset:
         settings["evalDataset"] = {
             **dataset,

@@ -10,6 +10,7 @@ does by scripts/gpu-smoke-verl.sh."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,8 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from akka_training.blobstore.local import LocalBlobStore
+from akka_training.core.monitors import verdicts
+from akka_training.core.plans import Monitors
 from akka_training.engines.context import JobContext
 from akka_training.engines.job import run_engine
 from akka_training.engines.reporter import HttpReporter
@@ -30,8 +33,10 @@ from akka_training.engines.watchdog import StallWatchdog
 from akka_training.rewards.rollouts import read_step_file
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.telemetry.otel import job_resource_from_spec
+from akka_training.testing.app import InProcessTrainer
 from tests.engines.verl.conftest import FIXTURES, make_spec
 from tests.engines.verl.test_snapshots import CountingStore
+from tests.server.routers.helpers import chat_rows, register, sft_plan
 
 RUN_DIR = Path("jobs") / "run-1" / "verl"
 
@@ -153,6 +158,78 @@ def test_a_run_reports_steps_rollouts_snapshots_and_its_adapter(
     finished = service.of("finished")[0]
     assert finished["adapter"] == last["weights"] and finished["step"] == 4
     assert finished["adapterModules"][0] == "base_model.model.model.layers.0.self_attn.q_proj"
+
+
+@pytest.mark.slow
+def test_health_figures_come_from_the_workers_rollouts_and_a_pause_on_monitor_pauses_the_run(
+    job: Callable, service: RecordingService, in_process_factory: Callable[..., InProcessTrainer]
+) -> None:
+    # The fixtures' steps end in 4 distinct final answers of 8 (0.5): at the threshold.
+    monitors = {
+        "pauseOn": ["answer-collapse"],
+        "consecutiveSteps": 2,
+        "thresholds": {"answerCollapse": 0.5},
+    }
+    code, _ = job(
+        step_seconds="0.3", save_every=100, monitors=monitors, rl={"training": {"maxSteps": 12}}
+    )
+    assert code == 0
+    steps = service.of("steps")
+    first = steps[0]["metrics"]
+    dump = fixture_dump(1)
+    outputs = [r["output"] for r in dump]
+    answers = [o.rsplit("####", 1)[-1].strip() for o in outputs]
+    assert first["health/distinct_completions/step"] == len(set(outputs)) / 8
+    assert first["health/distinct_answers/step"] == len(set(answers)) / 8 == 0.5
+    by_prompt: dict[str, list[str]] = {}
+    for r in dump:
+        by_prompt.setdefault(r["uid"].rsplit("_", 2)[0], []).append(r["output"])
+    assert first["health/distinct_completions/group"] == pytest.approx(
+        sum(len(set(g)) / len(g) for g in by_prompt.values()) / len(by_prompt)
+    )
+    assert first["entropy"] > 0  # verl's actor/entropy, which entropy-collapse watches
+    # What the service keeps as the run's Health: the figures the monitors watch.
+    shown = {v.spec.name: v.crossed for v in verdicts(first, Monitors.model_validate(monitors))}
+    assert shown["answer-collapse"] is True and "zero-spread" in shown
+
+    # Past the threshold two steps in a row: step 2's report asks for the pause, in its words.
+    assert steps[0]["pause"] is None
+    pause = steps[1]["pause"]
+    assert pause["monitor"] == "answer-collapse" and pause["step"] == 2
+    assert pause["reason"].startswith(
+        "The answer-collapse monitor paused the run at step 2: health/distinct_answers/step was "
+        "0.5 (at or below 0.5) for 2 steps in a row"
+    )
+    assert [s["step"] for s in steps if s["pause"] is not None] == [2]
+    # ... and the job saves a snapshot and stops, as a pause with --checkpoint save does.
+    snapshot = service.of("snapshots")[-1]
+    assert 2 <= snapshot["step"] < 12
+    assert service.of("stopped") == [{"step": snapshot["step"]}]
+
+    # The service keeps these step reports as they came: `runs get` shows Health and pauses.
+    trainer = in_process_factory({"trainer": {"projects": [{"name": "maths"}]}})
+    api = trainer.client()
+    register(api, "maths/train", chat_rows(12))
+    plan = sft_plan(config={"method": "grpo", "monitors": monitors})
+    del plan["config"]["hyperparams"]
+    rl = {"promptsPerStep": 2, "generationsPerPrompt": 4, "maxCompletionTokens": 16}
+    plan["config"]["rlHyperparams"] = rl
+    plan["config"]["reward"] = {"terms": [{"name": "correct", "kind": "match"}]}
+    started = api.post("/v1/runs", json=plan)
+    assert started.status_code == 200, started.text
+    run_id = started.json()["id"]
+    launch = trainer.admit(run_id)
+    reporting = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    for body in steps[:2]:
+        url = f"/v1/jobs/{run_id}/attempts/{launch.attempt}/steps"
+        assert reporting.post(url, json=body).status_code == 200
+    run = api.get(f"/v1/runs/{run_id}").json()
+    assert run["phase"] == "PAUSING"
+    health = run["health"]
+    assert health["step"] == 2 and health["pause"]["reason"] == pause["reason"]
+    rows = {r["monitor"]: r for r in health["monitors"]}
+    assert rows["answer-collapse"]["crossed"] is True and rows["answer-collapse"]["pausesRun"]
+    assert rows["answer-collapse"]["value"] == 0.5
 
 
 def fixture_dump(step: int) -> list[dict[str, Any]]:
@@ -457,11 +534,13 @@ def test_a_resume_at_the_last_step_finishes_with_the_snapshots_adapter(
 
 
 @pytest.mark.slow
-def test_a_terminated_job_ends_verl_and_its_descendants_first(
+def test_a_terminated_job_saves_at_its_step_and_ends_verl_and_its_descendants(
     service: RecordingService, tmp_path: Path
 ) -> None:
-    """SIGTERM to the job process (a cancel the backend forwards, a node drain) ends verl and
-    what verl started in other sessions before the job exits, instead of orphaning them."""
+    """SIGTERM to the job process by pid (a node drain, a kill) is a save-and-stop: verl saves
+    at the end of the step in progress, the job reports that snapshot and ``stopped`` (the run
+    goes on from it), and verl and what it started in other sessions are gone when the job
+    exits, instead of orphaned."""
     import os
     import signal
     import subprocess
@@ -484,6 +563,7 @@ def test_a_terminated_job_ends_verl_and_its_descendants_first(
     )
     spec = make_spec(
         rows=16,
+        save_every=100,
         model_path=str(FIXTURES / "tokenizer"),
         rl={"promptsPerStep": 2, "generationsPerPrompt": 4, "training": {"maxSteps": 200}},
     ).model_copy(update={"trainer_url": service.url, "storage_url": f"file://{tmp_path / 'blobs'}"})
@@ -510,16 +590,54 @@ def test_a_terminated_job_ends_verl_and_its_descendants_first(
         deadline = time.monotonic() + 120
         while not service.of("steps") and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert service.of("steps"), service.kinds()
+        assert service.of("steps"), (service.kinds(), service.of("failed"))
         child = psutil.Process(int(child_file.read_text()))
         verl = [
             p for p in psutil.Process(job.pid).children() if "fake_verl" in " ".join(p.cmdline())
         ]
         assert child.is_running() and verl
+        step_at_signal = service.of("steps")[-1]["step"]
         job.send_signal(signal.SIGTERM)
-        assert job.wait(timeout=20) == 128 + signal.SIGTERM
+        assert job.wait(timeout=20) == 0, service.kinds()[-6:]
+        snapshot = service.of("snapshots")[-1]
+        # saved on request at the step verl was in (reports trail verl by a few steps), not by
+        # the schedule (every 100 steps) nor at the end (step 200)
+        assert step_at_signal <= snapshot["step"] < 100
+        assert service.of("stopped") == [{"step": snapshot["step"]}]
+        assert blobs.exists(f"{snapshot['weights']}/adapter_config.json")
         child.wait(timeout=5)  # raises if verl's descendant outlived the job
         verl[0].wait(timeout=5)
     finally:
         if job.poll() is None:
             job.kill()
+
+
+@pytest.mark.slow
+def test_a_continuation_trains_exactly_the_steps_asked_from_its_snapshot(
+    job: Callable, service: RecordingService, tmp_path: Path
+) -> None:
+    code, blobs = job(rl={"training": {"maxSteps": 4}, "optimizer": {"warmupRatio": 0.5}})
+    assert code == 0
+    manifest = json.loads(
+        blobs.get_bytes("runs/run-1/snapshots/step-2/training-state/akka-verl.json")
+    )
+    assert manifest["scheduleSteps"] == 4  # the schedule a continuation keeps
+    service.reports.clear()
+    # The continuation is another run, with job directories of its own: only the store is shared.
+    shutil.rmtree(tmp_path / "jobs")
+    source = {
+        "kind": "continue",
+        "run": "run-1",
+        "snapshot": "step-2",
+        "step": 2,
+        "weights": "runs/run-1/snapshots/step-2/weights/",
+        "trainingState": "runs/run-1/snapshots/step-2/training-state/",
+    }
+    # `runs continue run-1 --snapshot step-2 --steps 1`: one step, step 3, and no more
+    code, _ = job(
+        rl={"training": {"maxSteps": 1}, "optimizer": {"warmupRatio": 0.5}}, source=source
+    )
+    assert code == 0
+    assert [b["step"] for b in service.of("steps")] == [3]
+    assert service.of("training")[0]["totalSteps"] == 3
+    assert service.of("finished")[0]["step"] == 3

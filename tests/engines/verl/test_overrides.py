@@ -13,6 +13,7 @@ from akka_training.engines.verl.overrides import (
     build_overrides,
     plan_sizes,
     render_value,
+    schedule_steps,
     total_steps,
     verl_constraints,
 )
@@ -235,3 +236,37 @@ def test_a_fractional_lora_alpha_is_refused_with_what_to_set() -> None:
         "verl trains with an integer LoRA alpha, and config.rlHyperparams.lora.alpha is 0.5: "
         "set it to a whole number such as 1"
     ]
+
+
+CONTINUE_AT_25 = {
+    "kind": "continue",
+    "run": "r0",
+    "snapshot": "step-25",
+    "step": 25,
+    "weights": "w",
+    "trainingState": "t",
+}
+
+
+def test_a_continuation_trains_its_steps_under_its_sources_warmup() -> None:
+    # The source planned 50 steps with a 10% warmup (5 steps); `runs continue --steps 5` from
+    # its step 25 ends at verl's step 30, and warms up over the source's 5 steps, not 10% of 30.
+    source_run = make_spec(rl={"training": {"maxSteps": 50}, "optimizer": {"warmupRatio": 0.1}})
+    assert (
+        as_dict(build_overrides(source_run, PATHS))["actor_rollout_ref.actor.optim.lr_warmup_steps"]
+        == "5"
+    )
+    spec = make_spec(
+        source=CONTINUE_AT_25,
+        rl={"training": {"maxSteps": 5}, "optimizer": {"warmupRatio": 0.1}},
+    )
+    o = as_dict(build_overrides(spec, PATHS, schedule=schedule_steps(spec, saved=50)))
+    assert o["trainer.total_training_steps"] == "30"
+    assert o["actor_rollout_ref.actor.optim.lr_warmup_steps"] == "5"
+    # past the end of its source's schedule the schedule is the continuation's own
+    assert (
+        schedule_steps(make_spec(source=CONTINUE_AT_25, rl={"training": {"maxSteps": 40}}), 50)
+        == 65
+    )
+    # a snapshot saved before its manifest recorded the schedule: the run's own steps
+    assert schedule_steps(spec, saved=None) == 30

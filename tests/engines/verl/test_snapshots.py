@@ -310,3 +310,17 @@ def test_exported_adapter_from_sharded_checkpoint_loads_with_peft(
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     answer = json.loads(loaded.stdout.strip().splitlines()[-1])
     assert answer == {"same": True, "scaling": {"default": 3.0}}
+
+
+def test_a_training_state_keeps_the_steps_its_schedule_spans(tmp_path: Path) -> None:
+    # verl's scheduler state is the step alone: the manifest carries the schedule's length, so
+    # that a continuation warms up as its source did.
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    checkpoint = verl_checkpoint(tmp_path / "a", 4)
+    snapshots.save_training_state(blobs, "ts", checkpoint, step=4, gpus=2, schedule_steps=50)
+    restored = snapshots.restore_training_state(blobs, "ts", tmp_path / "b", step=4, gpus=2)
+    assert snapshots.saved_schedule_steps(restored) == 50
+    # one saved before the manifest recorded it
+    snapshots.save_training_state(blobs, "old", verl_checkpoint(tmp_path / "c", 4), step=4, gpus=2)
+    restored = snapshots.restore_training_state(blobs, "old", tmp_path / "d", step=4, gpus=2)
+    assert snapshots.saved_schedule_steps(restored) is None

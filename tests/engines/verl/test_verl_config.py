@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from akka_training.core.resolved import JobSpec
 from akka_training.engines.verl.overrides import (
     build_overrides,
     runtime_env_overrides,
+    schedule_steps,
     verl_constraints,
 )
 from akka_training.engines.verl.paths import VerlPaths
@@ -142,3 +144,75 @@ def test_verl_validates_what_we_accept_and_refuses_what_we_refuse(
         in (answers["float alpha"]["error"])
     )
     assert done.returncode == 1  # some configuration was refused
+
+
+# Builds the learning-rate schedule from a configuration main_ppo composed, as verl's FSDP
+# engine builds it (engine/fsdp/transformer_impl.py `_build_lr_scheduler`, with the total
+# steps the trainer injects from trainer.total_training_steps), steps it, and prints the rates.
+SCHEDULE = """
+import json, sys, torch, yaml
+from verl.utils.torch_functional import get_constant_schedule_with_warmup
+config = yaml.safe_load(open(sys.argv[1]))
+optim = config["actor_rollout_ref"]["actor"]["optim"]
+total = config["trainer"]["total_training_steps"]
+assert optim["lr_scheduler_type"] == "constant", optim["lr_scheduler_type"]
+warmup = optim["lr_warmup_steps"]
+if warmup is None or warmup <= 0:
+    warmup = int(optim["lr_warmup_steps_ratio"] * total)
+model = torch.nn.Linear(1, 1)
+optimizer = torch.optim.AdamW(model.parameters(), lr=optim["lr"])
+scheduler = get_constant_schedule_with_warmup(optimizer=optimizer, num_warmup_steps=warmup)
+start = int(sys.argv[2])
+if start:  # as verl's checkpoint manager restores them: the optimizer, then the scheduler
+    saved = torch.load(sys.argv[3])
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+rates = []
+for _ in range(start, total):
+    rates.append(optimizer.param_groups[0]["lr"])
+    optimizer.step()
+    scheduler.step()
+    if len(rates) + start == int(sys.argv[4]):
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, sys.argv[3])
+print(json.dumps(rates))
+"""
+
+
+def test_a_continuation_trains_n_more_steps_at_the_rates_of_the_uninterrupted_run(
+    verl_env: VerlEnv, tmp_path: Path
+) -> None:
+    # `runs continue RUN --snapshot step-10 --steps 5` of a 50-step run that warms up over half
+    # its steps: the service plans 5 steps; the job restores step 10 and its manifest's 50-step
+    # schedule, so it is still warming up (verl alone would warm up over half of 15 steps).
+    optimizer = {"learningRate": 1e-3, "warmupRatio": 0.5}
+    source_run = make_spec(rl={"training": {"maxSteps": 50}, "optimizer": optimizer})
+    source = {
+        "kind": "continue",
+        "run": "r0",
+        "snapshot": "step-10",
+        "step": 10,
+        "weights": "w",
+        "trainingState": "t",
+    }
+    continued = make_spec(source=source, rl={"training": {"maxSteps": 5}, "optimizer": optimizer})
+    script = tmp_path / "schedule.py"
+    script.write_text(SCHEDULE)
+    state = tmp_path / "scheduler.pt"
+
+    def rates(spec: JobSpec, schedule: int, start: int) -> list[float]:
+        paths = VerlPaths(tmp_path / f"from-{start}", 1)
+        overrides = build_overrides(spec, paths, schedule=schedule)
+        composed = verl_env.run(["-m", "verl.trainer.main_ppo", "--cfg", "job", *overrides])
+        assert composed.returncode == 0, composed.stderr[-3000:]
+        config = tmp_path / f"config-{start}.yaml"
+        config.write_text(composed.stdout)
+        done = verl_env.run([str(script), str(config), str(start), str(state), "10"])
+        assert done.returncode == 0, done.stderr[-3000:]
+        return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    uninterrupted = rates(source_run, schedule_steps(source_run), 0)
+    assert len(uninterrupted) == 50
+    assert uninterrupted[10] == pytest.approx(1e-3 * 10 / 25)  # warming up over 25 steps
+    after = rates(continued, schedule_steps(continued, saved=50), 10)
+    assert len(after) == 5  # exactly the steps asked
+    assert after == pytest.approx(uninterrupted[10:15], rel=1e-12)

@@ -95,7 +95,7 @@ def test_a_status_other_than_2xx_scores_zero_with_cause_http_status(
     serve: Serve, status: int
 ) -> None:
     server = serve(lambda path, body: Reply({"score": 1.0}, status=status))
-    batch = score(evaluator(server.url))
+    batch = score(evaluator(server.url, timeout=0.5))  # a 500 is retried for the 0.5 s
     assert batch.rollouts[0].failures == {"eval": "http-status"}
     assert f"HTTP {status}" in batch.rollouts[0].explanations["eval"]
 
@@ -103,3 +103,69 @@ def test_a_status_other_than_2xx_scores_zero_with_cause_http_status(
 def test_a_malformed_url_fails_with_cause_error() -> None:
     batch = score(evaluator("ftp://127.0.0.1/grade"))
     assert batch.rollouts[0].failures == {"eval": "error"}
+
+
+def test_a_rate_limit_is_waited_out_and_the_retry_counted(serve: Serve) -> None:
+    answers = iter([Reply({"error": "slow down"}, status=429, headers={"Retry-After": "0"})])
+    server = serve(lambda path, body: next(answers, Reply({"score": 0.6})))
+    batch = score(evaluator(server.url))
+    result = batch.rollouts[0]
+    assert (result.values, result.failures) == ({"eval": 0.6}, {})
+    assert result.retries == {"eval": 1}
+    assert batch.stats.retries == {"eval": 1}
+    assert batch.stats.failures == {}
+    assert len(server.requests) == 2
+
+
+def test_retry_after_is_honoured(serve: Serve) -> None:
+    answers = iter([Reply({}, status=503, headers={"Retry-After": "0.6"})])
+    server = serve(lambda path, body: next(answers, Reply({"ok": True})))
+    started = time.monotonic()
+    batch = score(evaluator(server.url, timeout=3.0))
+    assert time.monotonic() - started >= 0.6
+    assert batch.rollouts[0].values == {"eval": 1.0}
+    assert batch.stats.retries == {"eval": 1}
+
+
+def test_an_endpoint_that_stays_unavailable_scores_zero_once_the_budget_is_spent(
+    serve: Serve,
+) -> None:
+    server = serve(lambda path, body: Reply({"error": "unavailable"}, status=503))
+    started = time.monotonic()
+    batch = score(evaluator(server.url, timeout=1.5))
+    elapsed = time.monotonic() - started
+    result = batch.rollouts[0]
+    # Tried again and again within its 1.5 s, and no longer.
+    assert 1.0 < elapsed < 2.5
+    assert len(server.requests) >= 3
+    assert result.failures == {"eval": "http-status"}
+    assert batch.stats.failures == {("eval", "http-status"): 1}
+    tries = len(server.requests)
+    assert result.retries == {"eval": tries - 1}
+    assert batch.stats.retries == {"eval": tries - 1}
+    assert result.explanations["eval"] == (
+        f'{server.url} answered HTTP 503: {{"error": "unavailable"}} '
+        f"({tries} tries in the term's 1.5 s)"
+    )
+
+
+def test_a_retry_after_past_the_budget_is_not_waited(serve: Serve) -> None:
+    server = serve(lambda path, body: Reply({}, status=429, headers={"Retry-After": "60"}))
+    started = time.monotonic()
+    batch = score(evaluator(server.url, timeout=2.0))
+    assert time.monotonic() - started < 1.0
+    assert len(server.requests) == 1
+    assert batch.rollouts[0].failures == {"eval": "http-status"}
+    assert batch.rollouts[0].explanations["eval"] == (
+        f"{server.url} answered HTTP 429: {{}} (it asked to wait 60 s (Retry-After), past the "
+        "term's 2 s)"
+    )
+    assert batch.stats.retries == {"eval": 0}
+
+
+def test_a_client_error_is_not_retried(serve: Serve) -> None:
+    server = serve(lambda path, body: Reply({"error": "bad request"}, status=400))
+    batch = score(evaluator(server.url))
+    assert len(server.requests) == 1
+    assert batch.rollouts[0].failures == {"eval": "http-status"}
+    assert batch.stats.retries == {"eval": 0}

@@ -125,7 +125,7 @@ def test_a_closed_port_scores_zero_with_cause_connect(closed_port: int) -> None:
 
 def test_an_error_status_scores_zero_with_cause_http_status(serve: Serve) -> None:
     server = serve(lambda path, body: Reply({"error": "overloaded"}, status=500))
-    batch = score(judge(server.url + "/v1"))
+    batch = score(judge(server.url + "/v1", timeout=0.5))  # retried for the 0.5 s
     assert batch.rollouts[0].failures == {"judge": "http-status"}
     assert "HTTP 500" in batch.rollouts[0].explanations["judge"]
     assert batch.stats.failures == {("judge", "http-status"): 1}
@@ -144,3 +144,38 @@ def test_a_missing_api_key_variable_refuses_the_reward(monkeypatch: pytest.Monke
     monkeypatch.delenv("GRADER_KEY", raising=False)
     with pytest.raises(RewardSetupError, match="'GRADER_KEY' named by apiKeyEnv is not set"):
         RewardScorer([judge("http://127.0.0.1:9/v1", api_key_env="GRADER_KEY")])
+
+
+def test_a_provider_s_rate_limit_is_retried_and_the_verdict_counted(serve: Serve) -> None:
+    # A provider's brief rate limit: each rollout's first call is answered 429.
+    seen: set[str] = set()
+
+    def respond(path: str, body: Any) -> Reply:
+        key = body["messages"][1]["content"]
+        if key in seen:
+            return chat_reply('{"score": 0.9}')
+        seen.add(key)
+        return Reply({"error": {"message": "rate limited"}}, status=429)
+
+    server = serve(respond)
+    rollouts = [rollout(completion=f"answer {i}") for i in range(3)]
+    with RewardScorer([judge(server.url + "/v1")]) as scorer:
+        batch = scorer.score(rollouts)
+    assert batch.scores == [pytest.approx(1.8)] * 3
+    assert batch.stats.failures == {}
+    assert batch.stats.retries == {"judge": 3}
+    assert batch.stats.judge_prompt_tokens == {"judge": 360}
+    assert len(server.requests) == 6
+
+
+def test_a_judge_that_always_answers_503_scores_zero_when_its_budget_is_spent(
+    serve: Serve,
+) -> None:
+    server = serve(lambda path, body: Reply({"error": "unavailable"}, status=503))
+    started = time.monotonic()
+    batch = score(judge(server.url + "/v1", timeout=1.0), count=2)
+    assert 0.8 < time.monotonic() - started < 2.0
+    assert batch.scores == [0.0, 0.0]
+    assert batch.stats.failures == {("judge", "http-status"): 2}
+    assert batch.stats.retries["judge"] == len(server.requests) - 2 >= 2
+    assert "tries in the term's 1 s" in batch.rollouts[0].explanations["judge"]

@@ -447,7 +447,14 @@ def test_a_merge_is_a_task_with_its_own_token_reports_and_result(
     )
     assert answer(job.post(f"/v1/tasks/{task['id']}/reports/progress", json={"message": "x"})) == (
         409,
-        error("conflict", f"Task {task['id']} is SUCCEEDED; stop."),
+        error("conflict", f"Task {task['id']} has ended; stop."),
+    )
+    # The ended task's token is revoked: it is good for nothing else either.
+    assert answer(job.get(f"/v1/tasks/{task['id']}")) == (
+        401,
+        error(
+            "unauthorized", "The token is not known to this trainer or was revoked; log in again."
+        ),
     )
     manifest = api.get(f"/v1/runs/{run_id}/merged").json()
     assert (manifest["kind"], manifest["directory"], manifest["step"]) == (

@@ -117,7 +117,7 @@ def test_a_plan_with_an_unknown_field_names_it_and_the_known_ones(
     message = (
         "config.epochs is not a known field in config; remove it or check its spelling (known "
         "fields: dataset, evalDataset, method, maxSeqLength, model, hyperparams, rlHyperparams, "
-        "reward, tools, seed)."
+        "reward, tools, monitors, seed)."
     )
 
     assert answer(api.post("/v1/runs", json=plan)) == (
@@ -145,12 +145,11 @@ def test_an_unknown_field_and_the_rules_problems_come_together(
             "config.epochs",
             "config.epochs is not a known field in config; remove it or check its spelling "
             "(known fields: dataset, evalDataset, method, maxSeqLength, model, hyperparams, "
-            "rlHyperparams, reward, tools, seed).",
+            "rlHyperparams, reward, tools, monitors, seed).",
         ),
         (
             "execution.saveEvery",
-            "execution.saveEvery: Input should be a valid integer, unable to parse string as "
-            "an integer.",
+            "execution.saveEvery is 'often'; set a whole number.",
         ),
         ("execution.pool", "There is no pool 'gpu'; set execution.pool to one of: default."),
         (

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from akka_training.config.settings import SettingsError
 from akka_training.testing.app import InProcessTrainer
 from akka_training.testing.otlp_receiver import OtlpReceiver
 from tests.server.routers.helpers import answer, error, project_token, register, sft_plan
@@ -202,20 +204,92 @@ def test_errors_answer_in_one_shape(
     assert answer(api.request(method, path, json=body)) == (status, expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a job token lists its project's runs, projects, datasets and capacity: the list "
-    "endpoints filter by the token's projects without refusing job tokens",
-)
 def test_a_job_token_reads_nothing(api: httpx.Client, trainer: InProcessTrainer) -> None:
     api.post("/v1/datasets/maths/train", content=b'{"prompt": "1+1", "completion": "2"}\n')
     run = api.post("/v1/runs", json=sft_plan()).json()
     job = trainer.client(trainer.admit(run["id"]).env["AKKA_JOB_TOKEN"])
     refused = error("forbidden", "A job token can only report for its own run.")
 
-    for path in ("/v1/runs", "/v1/projects", "/v1/datasets", "/v1/capacity"):
+    for path in (
+        "/v1/runs",
+        "/v1/projects",
+        "/v1/datasets",
+        "/v1/capacity",
+        "/v1/tokens",
+        "/v1/bundles",
+        "/v1/pipelines",
+        "/v1/tasks",
+        "/v1/info",
+        "/v1/auth/whoami",
+        f"/v1/runs/{run['id']}",
+        "/v1/base-models",
+    ):
         assert answer(job.get(path)) == (403, refused), path
+    assert answer(job.post("/v1/tokens", json={"name": "mine", "projects": ["maths"]})) == (
+        403,
+        refused,
+    )
+    assert answer(job.post("/v1/datasets/maths/more", content=b"{}\n")) == (403, refused)
+
+
+def test_a_job_token_is_revoked_when_its_attempt_ends(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> None:
+    api.post("/v1/datasets/maths/train", content=b'{"prompt": "1+1", "completion": "2"}\n')
+    run = api.post("/v1/runs", json=sft_plan()).json()
+    launch = trainer.admit(run["id"])
+    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    reports = f"/v1/jobs/{run['id']}/attempts/{launch.attempt}"
+    assert answer(job.post(f"{reports}/heartbeat", json={})) == (200, {"action": "continue"})
+
+    ended = job.post(f"{reports}/failed", json={"code": "training-error", "detail": "boom"})
+    assert ended.status_code == 200, ended.text
+
+    # The job's late reports are told to stop; anywhere else the token is unknown.
+    assert answer(job.post(f"{reports}/heartbeat", json={})) == (
+        409,
+        error(
+            "conflict", f"Attempt {launch.attempt} of run {run['id']} is no longer current; stop."
+        ),
+    )
+    assert answer(job.get("/v1/runs")) == (401, error("unauthorized", UNKNOWN_TOKEN))
+
+
+def test_capacity_shows_a_project_token_its_own_projects_only(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> None:
+    assert api.post("/v1/projects", json={"name": "physics", "quota": 1}).status_code == 201
+    api.post("/v1/datasets/maths/train", content=b'{"prompt": "1+1", "completion": "2"}\n')
+    run = api.post("/v1/runs", json=sft_plan()).json()
+    physicist = trainer.client(project_token(api, "physics"))
+
+    mine = physicist.get("/v1/capacity").json()
+    everyone = api.get("/v1/capacity").json()
+
+    assert [p["project"] for p in mine["projects"]] == ["physics"]
+    assert mine["claims"] == []
+    assert [p["project"] for p in everyone["projects"]] == ["maths", "physics"]
+    assert [c["for"] for c in everyone["claims"]] == [run["id"]]
+    # The pools are shared: a project's token sees them whole.
+    assert mine["pools"] == everyone["pools"]
+
+
+def test_a_prefix_of_another_projects_run_answers_as_no_run(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> None:
+    assert api.post("/v1/projects", json={"name": "physics"}).status_code == 201
+    api.post("/v1/datasets/maths/train", content=b'{"prompt": "1+1", "completion": "2"}\n')
+    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    physicist = trainer.client(project_token(api, "physics"))
+    prefix = run_id[:-2]
+
+    for path in (f"/v1/runs/{prefix}", f"/v1/runs/{prefix}/metrics", f"/v1/runs/{prefix}/adapter"):
+        assert answer(physicist.get(path)) == (
+            404,
+            error("not-found", f"There is no run {prefix!r}."),
+        ), path
+    # The project's own tokens still find it by the prefix.
+    assert api.get(f"/v1/runs/{prefix}").json()["id"] == run_id
 
 
 # Two in-process trainers each (SQLite and Postgres) with an OTLP receiver: kept out of
@@ -224,8 +298,9 @@ def test_a_job_token_reads_nothing(api: httpx.Client, trainer: InProcessTrainer)
 def test_the_service_metrics_leave_by_one_path(
     in_process_factory: Any, trainer: InProcessTrainer, api: httpx.Client
 ) -> None:
-    # No collector: Prometheus scrapes /metrics (no token needed, as Prometheus has none).
-    scraped = trainer.client(anonymous=True).get("/metrics")
+    # No collector: Prometheus scrapes /metrics (with an admin token here; the metrics token
+    # is tested below).
+    scraped = api.get("/metrics")
     assert scraped.status_code == 200
     assert "akka_optimize_training_pool_devices_declared" in scraped.text
     assert api.get("/v1/info").json()["telemetry"] == (
@@ -237,7 +312,7 @@ def test_the_service_metrics_leave_by_one_path(
         exporting = in_process_factory(
             {"trainer": {"telemetry": {"collector-endpoint": receiver.endpoint}}}
         )
-        answered = exporting.client(anonymous=True).get("/metrics")
+        answered = exporting.client().get("/metrics")
         info = exporting.client().get("/v1/info").json()
         exporting.close()
     assert answer(answered) == (
@@ -281,3 +356,69 @@ def test_a_dataset_registration_is_a_span_with_the_service_s_name(in_process_fac
     assert receiver.wait_for_metric("akka.optimize.training.pool.devices.declared").resource[
         "service.name"
     ] == ("akka-training")
+
+
+def test_metrics_answer_the_metrics_token_and_admin_tokens_only(
+    in_process_factory: Any, tmp_path: Path
+) -> None:
+    secret = "m" * 40
+    token_file = tmp_path / "metrics-token"
+    token_file.write_text(secret + "\n")
+    trainer = in_process_factory(
+        {
+            "trainer": {
+                "projects": [{"name": "maths"}],
+                "telemetry": {"metrics-token-file": str(token_file)},
+            }
+        }
+    )
+    api = trainer.client()
+    prometheus = trainer.client(secret)
+
+    scraped = prometheus.get("/metrics")
+    assert scraped.status_code == 200
+    assert "akka_optimize_training_pool_devices_declared" in scraped.text
+    assert api.get("/metrics").status_code == 200
+    # Neither the metrics token nor anything else it may do.
+    assert answer(prometheus.get("/v1/runs")) == (401, error("unauthorized", UNKNOWN_TOKEN))
+    assert answer(trainer.client(anonymous=True).get("/metrics")) == (
+        401,
+        error(
+            "unauthorized",
+            "GET /metrics needs a token: give Prometheus the metrics token "
+            "(trainer.telemetry.metrics-token-file) or an admin token as its bearer token "
+            "(authorization.credentials_file in its scrape config).",
+        ),
+    )
+    assert answer(trainer.client("m" * 39).get("/metrics")) == (
+        401,
+        error("unauthorized", UNKNOWN_TOKEN),
+    )
+    assert answer(trainer.client(project_token(api, "maths")).get("/metrics")) == (
+        403,
+        error(
+            "forbidden",
+            "The service's metrics cover every project: scrape them with the metrics token "
+            "(trainer.telemetry.metrics-token-file) or an admin token.",
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "cannot be read (No such file or directory)"),
+        ("short", "holds a token shorter than 32 characters"),
+    ],
+)
+def test_a_metrics_token_file_that_will_not_do_stops_the_start(
+    in_process_factory: Any, tmp_path: Path, content: str | None, problem: str
+) -> None:
+    token_file = tmp_path / "metrics-token"
+    if content is not None:
+        token_file.write_text(content)
+    with pytest.raises(SettingsError) as refused:
+        in_process_factory({"trainer": {"telemetry": {"metrics-token-file": str(token_file)}}})
+    assert str(refused.value).startswith(
+        f"Bad setting: trainer.telemetry.metrics-token-file {token_file} {problem}"
+    )

@@ -3,6 +3,10 @@
 Each attempt gets a directory ``$AKKA_HOME/jobs/RUN/ATTEMPT`` holding its spec, its log and, once
 it ends, ``exit.json`` (written by the runner). A handle is the runner's pid and start time, so a
 restarted service finds its jobs again and never mistakes a reused pid for one of them.
+
+A job is gone only once every process it started is gone (`family`): the runner ends what the job
+left before it writes ``exit.json``, and where the runner itself was killed, `status` ends the
+job's processes (found by their mark) before it answers that the job exited.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from akka_training.backends.base import (
     LaunchRequest,
     ObservedPool,
 )
+from akka_training.backends.local import family
 
 
 class LocalBackend(Backend):
@@ -101,11 +106,24 @@ class LocalBackend(Backend):
         exit_file = job_dir / "exit.json"
         if exit_file.exists():
             result = json.loads(exit_file.read_text())
-            return JobStatus("exited", result.get("exit_code"), result.get("signal"))
+            return JobStatus(
+                "exited",
+                result.get("exit_code"),
+                result.get("signal"),
+                oom_killed=bool(result.get("oom_killed")),
+            )
         if self._alive(handle):
             return JobStatus("running")
-        # The runner itself is gone without a word: it was killed with its job.
-        return JobStatus("exited", None, signal.SIGKILL, detail="the job's process was killed")
+        if exit_file.exists():  # the runner wrote it as it ended
+            return self.status(handle)
+        # The runner itself is gone without a word (killed): what it started may still run,
+        # the job among them. They end now, so that the job is gone before its devices are.
+        left = family.end_family(str(job_dir), 2.0)
+        family.remove_partial_files(job_dir)
+        detail = "the job's runner process was killed"
+        if left:
+            detail += f"; {left} of the job's processes were still running and were ended"
+        return JobStatus("exited", None, signal.SIGKILL, detail=detail)
 
     def stop(self, handle: dict[str, Any], grace_seconds: float) -> None:
         if not self._alive(handle):
@@ -165,3 +183,4 @@ class LocalBackend(Backend):
                 os.killpg(handle["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            family.end_family(handle["dir"], 0.0)

@@ -1,8 +1,12 @@
 """`python -m akka_training.backends.local.runner JOB_DIR`: the parent of one local job.
 
 It starts the job described by ``JOB_DIR/launch.json``, forwards a stop (SIGTERM) to it and kills
-it after the grace period, and writes ``JOB_DIR/exit.json`` when the job ends, so that the job's
-exit status survives a restart of the service that launched it. It imports nothing heavy.
+it after the grace period. When the job has exited it ends every process the job started that is
+still alive (`family`: they carry the job's mark in their environment, also those in sessions of
+their own), and only then writes ``JOB_DIR/exit.json``, so that the job counts as gone, and its
+devices free, once nothing of it runs. ``exit.json`` survives a restart of the service that
+launched the job; it also says whether the kernel's out-of-memory killer acted in the job's
+cgroup while it ran. It imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -15,6 +19,13 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+
+from akka_training.backends.local.family import (
+    FAMILY_ENV,
+    end_family,
+    oom_kills,
+    remove_partial_files,
+)
 
 
 def main(job_dir: Path) -> int:
@@ -29,6 +40,9 @@ def main(job_dir: Path) -> int:
 
     env = dict(os.environ)
     env.update(launch.get("env", {}))
+    mark = str(job_dir)
+    env[FAMILY_ENV] = mark
+    ooms_before = oom_kills()
     child = subprocess.Popen(launch["argv"], cwd=job_dir, env=env, preexec_fn=_limits)
     grace = float(launch.get("grace_seconds", 20))
     stopping = threading.Event()
@@ -52,10 +66,19 @@ def main(job_dir: Path) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     code = child.wait()
+    ooms_after = oom_kills()
+    # What the job left running (verl's Ray processes, a killed job's children): ended before
+    # the job is reported gone.
+    left = end_family(mark, min(grace, 10.0))
+    remove_partial_files(job_dir)
     result = {
         "exit_code": code if code >= 0 else None,
         "signal": -code if code < 0 else None,
         "stopped": stopping.is_set(),
+        "oom_killed": (
+            ooms_before is not None and ooms_after is not None and ooms_after > ooms_before
+        ),
+        "left_running": left,
     }
     tmp = job_dir / "exit.json.part"
     tmp.write_text(json.dumps(result))

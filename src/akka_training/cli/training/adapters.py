@@ -5,7 +5,6 @@ Registered on the `runs` group."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,13 +13,13 @@ import typer
 from akka_training.cli.arguments import RUN
 from akka_training.cli.output import emit, human_bytes, table
 from akka_training.cli.state import state
+from akka_training.cli.training.task_follow import follow_task
 from akka_training.cli.transfer import transfer_bar
 from akka_training.core.downloads import download_directory
-from akka_training.core.errors import AkkaError, InvalidRequest
+from akka_training.core.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from akka_training.api.adapters import Downloaded
-    from akka_training.api.tasks import TaskRecord
 
 # Smaller downloads finish before a bar would be worth drawing.
 
@@ -87,17 +86,14 @@ def export(
         target = Path.cwd() / download_directory(record.model_name or record.id, snapshot, True)
     refuse_unless_empty(target)
     task = client.merge_run(run, snapshot)
-    for update in client.wait_task(task.id, timeout=timeout):
-        task = update
-        _say_progress(update)
-    if task.state != "SUCCEEDED":
-        if task.state in ("FAILED", "CANCELLED"):
-            reason = task.failure or f"the task was {task.state}"
-            raise AkkaError(f"The merge of run {run} {task.state} (task {task.id}): {reason}")
-        raise AkkaError(
-            f"The merge of run {run} is still {task.state} after {timeout:g} s; it goes on: "
-            f"follow it with `akka training tasks get {task.id}`, or run this again."
-        )
+    follow_task(
+        client,
+        task,
+        f"The merge of run {run}",
+        timeout,
+        lambda p: f"{human_bytes(p.done or 0)} of {human_bytes(p.total or 0)}",
+        ", or run this again",
+    )
     manifest = client.merged_manifest(run, snapshot)
     with transfer_bar(manifest.total_bytes, "downloading") as advance:
         written = client.download_manifest(
@@ -130,15 +126,3 @@ def print_written(d: Downloaded) -> None:
         ["FILE", "BYTES", "SHA256"],
         [[f.path, human_bytes(f.bytes), f.sha256[:16]] for f in d.files],
     )
-
-
-def _say_progress(task: TaskRecord) -> None:
-    if state.output != "text" or state.quiet:
-        return
-    line = f"merge {task.id}: {task.state}"
-    progress = task.progress
-    if progress is not None and task.state == "RUNNING":
-        line += f", {progress.message}"
-        if progress.total:
-            line += f" ({human_bytes(progress.done or 0)} of {human_bytes(progress.total)})"
-    print(line, file=sys.stderr, flush=True)

@@ -21,7 +21,10 @@ if TYPE_CHECKING:
         PipelineProgressLine,
     )
 
-app = typer.Typer(help="Pipelines: ordered train stages, each a linked run.", no_args_is_help=True)
+app = typer.Typer(
+    help="Pipelines: ordered train stages (each a linked run) and evaluate stages.",
+    no_args_is_help=True,
+)
 
 
 @app.command()
@@ -32,12 +35,36 @@ def start(
         False, "--show-resolved", help="Print each resolvable stage's settings."
     ),
     wait_: bool = typer.Option(False, "--wait", help="Wait for the pipeline to end."),
+    preview: int = typer.Option(
+        None,
+        "--preview",
+        min=1,
+        help="With --dry-run: score N dataset rows of each grpo or gspo stage with that "
+        "stage's reward terms (a short task per stage), and flag terms that look wrong.",
+    ),
 ) -> None:
     """Submit a pipeline plan (or check it with --dry-run)."""
     plan = read_plan(file)
+    if preview is not None and not dry_run:
+        raise InvalidRequest("--preview goes with --dry-run: add --dry-run.")
     client = state.client()
     if dry_run:
         checked = client.start_pipeline(plan, dry_run=True)
+        if preview is not None:
+            from akka_training.cli.training.preview import (
+                print_pipeline_preview,
+                run_pipeline_preview,
+            )
+
+            previewed = run_pipeline_preview(plan, preview)
+            if state.output != "text":
+                emit({**checked.to_json(), "preview": previewed.to_json()}, lambda _: None)
+                return
+            if not state.quiet:
+                _print_dry_run(checked, show_resolved)
+                print()
+            print_pipeline_preview(previewed)
+            return
         emit(checked, lambda d: _print_dry_run(d, show_resolved))
         return
     pipeline = client.start_pipeline(plan)

@@ -25,12 +25,16 @@ from akka_training.cli.output import (
 )
 from akka_training.cli.state import state
 from akka_training.cli.training.rollouts import print_rollouts
+from akka_training.cli.training.verification import print_verification
 from akka_training.cli.watching import Watcher
 from akka_training.core.errors import InvalidRequest
+from akka_training.core.limits import MAX_PLAN_BYTES
+from akka_training.core.safe_yaml import load_document
 
 if TYPE_CHECKING:
     from akka_training.api.runs import (
         DryRun,
+        Health,
         MemorySplit,
         Metrics,
         Progress,
@@ -45,19 +49,26 @@ app = typer.Typer(help="Start, watch, pause, resume and branch runs.", no_args_i
 
 
 def read_plan(path: str) -> dict[str, Any]:
-    text = sys.stdin.read() if path == "-" else _read_file(path)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InvalidRequest(f"{path} is not valid YAML or JSON: {exc}") from exc
+    """The plan in a file (or ``-``: standard input), read with the limits of
+    `core.safe_yaml` (no duplicate keys, no alias bombs, no .nan)."""
+    data = read_document(path)
     if not isinstance(data, dict):
         raise InvalidRequest(f"{path} does not hold a plan (a mapping with kind: run).")
     return data
 
 
-def _read_file(path: str) -> str:
+def read_document(path: str) -> Any:
+    """What a YAML or JSON file (or ``-``) holds, under the limits of `core.safe_yaml`."""
+    return load_document(_read_bytes(path), path)
+
+
+def _read_bytes(path: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read(MAX_PLAN_BYTES + 1)
     try:
-        return Path(path).read_text()
+        with Path(path).open("rb") as f:
+            # One byte past the limit is enough to refuse a file too large.
+            return f.read(MAX_PLAN_BYTES + 1)
     except OSError as exc:
         raise InvalidRequest(f"Cannot read {path}: {exc.strerror}.") from exc
 
@@ -75,12 +86,35 @@ def start(
     exit_status: bool = typer.Option(
         False, "--exit-status", help="With --wait: exit 1 unless the run completes."
     ),
+    preview: int = typer.Option(
+        None,
+        "--preview",
+        min=1,
+        help="With --dry-run: score N dataset rows' reference answers, an empty completion "
+        "and the prompt with the reward terms (a short task), and flag terms that look wrong.",
+    ),
 ) -> None:
     """Submit a run plan (or check it with --dry-run)."""
     plan = read_plan(file)
+    if preview is not None and not dry_run:
+        raise InvalidRequest("--preview goes with --dry-run: add --dry-run.")
     client = state.client()
     if dry_run:
         checked = client.start_run(plan, dry_run=True)
+        if preview is not None:
+            from akka_training.cli.training.preview import print_preview, run_preview
+
+            task = run_preview(plan, preview)
+            if state.output != "text":
+                emit(
+                    {"dryRun": True, "settings": checked.settings, "preview": task}, lambda _: None
+                )
+                return
+            if not state.quiet:
+                _print_valid(checked)
+                print()
+            print_preview(task)
+            return
         if state.output != "text":
             emit(checked, lambda _: None)
         elif show_resolved:
@@ -355,6 +389,16 @@ def rollouts(
 
 
 @app.command()
+def verify(run: str = RUN) -> None:
+    """Recompute each step's published figures (reward mean and spread, term shares, lengths)
+    from the rollouts the run kept and print every difference; exit 1 if there is one."""
+    result = state.client().verify(run)
+    emit(result, print_verification)
+    if result.differences:
+        raise typer.Exit(1)
+
+
+@app.command()
 def logs(
     run: str = RUN,
     follow: bool = typer.Option(False, "--follow", "-F", help="Keep printing as the job writes."),
@@ -419,7 +463,7 @@ def _print_tree(node: TreeNode, focus: str, indent: str) -> None:
 def _overrides(path: str | None) -> dict[str, Any] | None:
     if not path:
         return None
-    data = yaml.safe_load(_read_file(path)) or {}
+    data = load_document(_read_bytes(path), path) or {}
     if not isinstance(data, dict):
         raise InvalidRequest(f"{path} must hold plan fields (a mapping).")
     return data
@@ -536,10 +580,33 @@ def print_run(r: RunRecord) -> None:
             ],
             indent="  ",
         )
+    if r.health:
+        print()
+        section("Health")
+        print_health(r.health)
     if r.failure:
         print()
         section("Failure")
         print("  " + r.failure.first_line)
+
+
+def print_health(health: Health) -> None:
+    """Each monitor's figure at the latest step against its threshold, and the pause one
+    caused."""
+    past = {"below": "<=", "above": ">=", "away": ">="}
+    rows: list[tuple[str, Any]] = []
+    for m in health.monitors:
+        verdict = "PAST THRESHOLD" if m.crossed else "ok"
+        pauses = ", pauses the run" if m.pauses_run else ""
+        limit = f"{past[m.direction]} {m.threshold:g}"
+        if m.direction == "away":
+            limit += f" or <= {1 / m.threshold:.3g}"
+        rows.append((m.monitor, f"{m.value:.4g} {verdict} (trips at {limit}{pauses})"))
+    if health.step is not None:
+        rows.insert(0, ("At step", health.step))
+    details(rows, indent="  ")
+    if health.pause:
+        print("  " + health.pause.reason)
 
 
 _SPLIT = (

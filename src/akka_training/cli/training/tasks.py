@@ -14,7 +14,7 @@ from akka_training.cli.state import state
 if TYPE_CHECKING:
     from akka_training.api.tasks import TaskRecord
 
-app = typer.Typer(help="Follow the trainer's tasks (merges).", no_args_is_help=True)
+app = typer.Typer(help="Follow the trainer's tasks (merges, regrades).", no_args_is_help=True)
 
 
 @app.command("list")

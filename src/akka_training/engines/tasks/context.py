@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from akka_training.blobstore import BlobStore
+from akka_training.core.reports import Placement
 from akka_training.core.tasks import TaskSpec
 from akka_training.engines.tasks.reporter import TaskReporter
 
@@ -27,6 +28,8 @@ class TaskContext:
     store: BlobStore
     # The task's job directory (the working directory): local files go under it.
     workdir: Path
+    # Where the job runs (pod, node, devices), as its started report said.
+    placement: Placement | None = None
 
     def progress(self, message: str, done: float | None = None, total: float | None = None) -> None:
         """Tell the user what the task does now; raises `TaskCancelled` when it was cancelled."""

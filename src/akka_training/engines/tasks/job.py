@@ -55,11 +55,11 @@ def run_task(spec: TaskSpec, reporter: TaskReporter, workdir: Path) -> int:
     """Run the task under `spec`, reporting through `reporter`; the exit status."""
     stay_offline()
     try:
-        reporter.started(detect_placement())
+        placement = detect_placement()
+        reporter.started(placement)
         function = load_task(spec.kind)
-        task = TaskContext(
-            spec, reporter, open_blob_store(spec.storage_url, spec.storage_s3, where="job"), workdir
-        )
+        store = open_blob_store(spec.storage_url, spec.storage_s3, where="job")
+        task = TaskContext(spec, reporter, store, workdir, placement)
         result = function(task)
     except TaskCancelled:
         log.warning("the task was cancelled; stopping")

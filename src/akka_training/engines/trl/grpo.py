@@ -33,7 +33,7 @@ from transformers import TrainerCallback, TrainerState
 from trl import GRPOConfig, GRPOTrainer
 
 from akka_training.core.defaults import CLIP_BY_METHOD
-from akka_training.core.plans import Reward, RlHyperparams
+from akka_training.core.plans import Monitors, Reward, RlHyperparams
 from akka_training.core.reports import TrainingReport
 from akka_training.engines.adapters import adapted_modules, check_language_only
 from akka_training.engines.context import JobContext, Outcome
@@ -57,9 +57,10 @@ from akka_training.engines.trl.common import (
     training_device,
     warmup_steps,
 )
-from akka_training.engines.trl.rewards import StepRewards
+from akka_training.engines.trl.rewards import KeepRollouts, StepRewards
 from akka_training.engines.trl.steps import StepReporting
 from akka_training.engines.trl.tools import ToolCounters, load_tools
+from akka_training.rewards.health import HealthWatch, correctness_term, remote_terms
 from akka_training.rewards.inputs import RewardSetupError
 from akka_training.rewards.scorer import RewardScorer
 from akka_training.telemetry import catalog as names
@@ -212,6 +213,7 @@ def run(job: JobContext) -> Outcome:
         max_completion_tokens=rl.max_completion_tokens,
         stop_ids=_stop_ids(processing, model),
         tool_counters=counters if tools else None,
+        remote_terms=remote_terms(settings.config.reward),
     )
     trainer = GRPOTrainer(
         model=trainable,
@@ -241,9 +243,15 @@ def run(job: JobContext) -> Outcome:
         flop_parameters=flop_parameters(trained),
         peak_flops=peak_flops(device, precision(settings, device)),
         spans=figures.step_spans,
+        health=HealthWatch(
+            job.spec.run_id,
+            settings.config.monitors or Monitors(),
+            correctness_term(settings.config.monitors, settings.config.reward),
+        ),
     )
     if schedule > total_steps:
         trainer.add_callback(StopAt(total_steps))
+    trainer.add_callback(KeepRollouts(rewards))  # before the snapshots are uploaded
     trainer.add_callback(figures)
     trainer.add_callback(reporting)
     modules = adapted_modules(trained)
@@ -259,7 +267,9 @@ def run(job: JobContext) -> Outcome:
     # Train
     try:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        rewards.writer.wait()
     finally:
+        rewards.writer.close()
         scorer.close()
     step = trainer.state.global_step
     if reporting.stopped:

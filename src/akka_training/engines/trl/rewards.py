@@ -5,6 +5,10 @@ TRL calls a reward function with the whole generation batch of a step (every pro
 project's reward terms (`akka_training.rewards`), never with anything of TRL's, keeps every
 rollout of the step in a Parquet step file (``runs/{run}/rollouts/step-{N}.parquet``), reports
 it, computes the step's reward figures and publishes the scorer's accounting to telemetry.
+
+The step file is written, uploaded and reported off the step's critical path, by the
+`StepFileWriter` in `writer`; `KeepRollouts` waits for it before each snapshot and at the end
+of training.
 """
 
 from __future__ import annotations
@@ -13,14 +17,23 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from transformers import TrainerCallback
+
 from akka_training.core.reports import RolloutsReport
 from akka_training.engines.context import JobContext
 from akka_training.engines.data import RlRow
 from akka_training.engines.failures import RewardError, out_of_memory
+from akka_training.engines.step_files import StepFileWriter
 from akka_training.engines.trl.tools import ToolCounters
 from akka_training.rewards.figures import histogram_values, step_figures
+from akka_training.rewards.health import rollout_health
 from akka_training.rewards.inputs import RolloutInput, content_text
-from akka_training.rewards.rollouts import rollouts_from_scores, step_summary, write_step_file
+from akka_training.rewards.rollouts import (
+    Rollout,
+    rollouts_from_scores,
+    step_summary,
+    write_step_file,
+)
 from akka_training.rewards.scorer import RewardScorer
 
 # What a failed tool call looks like in a tool message: TRL turns the exception into this dict.
@@ -43,6 +56,7 @@ class StepRewards:
         max_completion_tokens: int,
         stop_ids: set[int],
         tool_counters: ToolCounters | None = None,
+        remote_terms: Sequence[str] = (),
     ) -> None:
         self.job = job
         self.scorer = scorer
@@ -52,12 +66,14 @@ class StepRewards:
         self.max_completion_tokens = max_completion_tokens
         self.stop_ids = stop_ids
         self.tool_counters = tool_counters
+        self.remote_terms = list(remote_terms)  # judge and http terms, for the health figures
         self._tools_seen = (0, 0)
         # Per step: the reward figures and the seconds scoring took.
         self.figures: dict[int, dict[str, float]] = {}
         self.seconds: dict[int, float] = {}
         # Per step: when scoring began and ended (time.time()), for the step's reward span.
         self.wall: dict[int, tuple[float, float]] = {}
+        self.writer = StepFileWriter[list[Rollout]](self._keep)
 
     def __call__(
         self,
@@ -80,13 +96,14 @@ class StepRewards:
             ]
             scored = self.scorer.score(batch)
             rollouts = rollouts_from_scores(step, batch, scored, self.scorer.weights)
-            self._keep(step, rollouts)
         except Exception as exc:
             if out_of_memory(exc):
                 raise  # reported as the memory that ran out, not as the reward's fault
             raise RewardError(f"the reward of step {step} could not be computed: {exc}") from exc
+        self.writer.submit(step, rollouts)  # kept in the background; raises an earlier failure
         self.figures[step] = step_figures(rollouts, self.generations, self.max_completion_tokens)
         self.figures[step] |= self._tool_figures(len(batch))
+        self.figures[step] |= rollout_health(rollouts, self.remote_terms, scored.stats.seconds)
         telemetry = self.job.telemetry
         if telemetry is not None:
             stats = scored.stats
@@ -95,6 +112,7 @@ class StepRewards:
                 failures=stats.failures,
                 judge_prompt_tokens=stats.judge_prompt_tokens,
                 judge_completion_tokens=stats.judge_completion_tokens,
+                retries=stats.retries,
             )
             telemetry.histograms(histogram_values(rollouts))
         self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - started
@@ -136,8 +154,8 @@ class StepRewards:
             "tools/failure_share": new_failures / new_calls,
         }
 
-    def _keep(self, step: int, rollouts: list[Any]) -> None:
-        """Write the step file, upload it, then report it."""
+    def _keep(self, step: int, rollouts: list[Rollout]) -> None:
+        """Write the step file, upload it, then report it (on the writer's thread)."""
         key = self.job.rollouts_key(step)
         directory = self.job.artifacts / "rollouts"
         directory.mkdir(parents=True, exist_ok=True)
@@ -154,6 +172,20 @@ class StepRewards:
                 worst_score=summary.worst,
             )
         )
+
+
+class KeepRollouts(TrainerCallback):
+    """Waits for the step files being written before a snapshot is taken (add it before the
+    callback that uploads snapshots) and when training ends, so every rollout is kept."""
+
+    def __init__(self, rewards: StepRewards) -> None:
+        self.rewards = rewards
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.rewards.writer.wait()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.rewards.writer.wait()
 
 
 def completion_text(completion: Any) -> str:

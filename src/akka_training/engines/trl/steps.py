@@ -22,11 +22,12 @@ from typing import Any, Protocol
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from akka_training.core.reports import SnapshotReport, StepReport
+from akka_training.core.reports import MonitorPause, SnapshotReport, StepReport
 from akka_training.engines.context import JobContext
 from akka_training.engines.flops import mfu
 from akka_training.engines.memory import StepMemory
 from akka_training.engines.snapshots import upload_snapshot
+from akka_training.rewards.health import HealthWatch
 from akka_training.telemetry import catalog as names
 from akka_training.telemetry.figures import Kind
 from akka_training.telemetry.tracing import RecordedSpan
@@ -57,9 +58,12 @@ class StepReporting(TrainerCallback):
         flop_parameters: int,
         peak_flops: float | None,
         spans: Callable[[int, float], list[RecordedSpan]] | None = None,
+        health: HealthWatch | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`spans(step, end_s)`: the engine's spans of a step's phases, under its step span."""
+        """`spans(step, end_s)`: the engine's spans of a step's phases, under its step span.
+        `health`: the run's monitors (reinforcement runs); one that trips saves a snapshot at
+        the step and stops, as a pause with ``--checkpoint save`` does."""
         self.job = job
         self.engine = engine
         self.memory = memory
@@ -83,6 +87,12 @@ class StepReporting(TrainerCallback):
         self._stop_after_save = False
         self._state: TrainerState | None = None
         self._snapshot: SnapshotReport | None = None
+        self.health = health
+        # The engine's figures of the step in progress, once its hooks are done.
+        self._engine_figures: dict[str, float] | None = None
+        self._pause: MonitorPause | None = None
+        # The last step's length, from its beginning to its end hook: the next one's expected.
+        self._expected: float | None = None
 
     # --- the Trainer's hooks ------------------------------------------------------------------
 
@@ -104,8 +114,10 @@ class StepReporting(TrainerCallback):
         self._figures = {"timing/step": step_seconds}
         self._figures |= self.memory.figures(model, kwargs.get("optimizer"))
         self._logs = {}
-        # A pause asked for during this step saves at its end: ask for the directive now.
-        self.job.reporter.refresh_action()
+        # A pause asked for during this step saves at its end: the directive as the service
+        # answered it during the step (asked shortly before its expected end).
+        self.job.reporter.step_ended()
+        self._expected = step_seconds
         action = self.job.reporter.action
         if action == "stop":
             control.should_training_stop = True
@@ -194,6 +206,7 @@ class StepReporting(TrainerCallback):
         self._pending.discard(hook)
         if self._pending:
             return
+        self._watch()
         if self.job.reporter.action == "save-and-stop" and not self._stop_after_save:
             # The directive came with this step's report answers: save now, report after.
             self._stop_after_save = True
@@ -205,10 +218,9 @@ class StepReporting(TrainerCallback):
     def _flush(self, control: TrainerControl) -> None:
         state = self._state
         assert state is not None, "a step is flushed only after on_step_end"
-        figures = {
-            **self._figures,
-            **self.engine.step_figures(state.global_step, self._logs, state),
-        }
+        self._watch()
+        figures = {**self._figures, **(self._engine_figures or {})}
+        self._engine_figures = None
         tokens = figures.get("tokens", 0.0)
         step_seconds = figures["timing/step"]
         if "timing/generation" in figures or "timing/reward" in figures:
@@ -228,8 +240,14 @@ class StepReporting(TrainerCallback):
         figures = {k: float(v) for k, v in figures.items() if v is not None}
         self.last = figures
         self.job.reporter.report_step(
-            StepReport(step=state.global_step, total_steps=self.total_steps, metrics=figures)
+            StepReport(
+                step=state.global_step,
+                total_steps=self.total_steps,
+                metrics=figures,
+                pause=self._pause,
+            )
         )
+        self._pause = None
         if self.job.telemetry is not None:
             self.job.telemetry.step(self.kind, state.global_step, figures)
         if self._snapshot is not None:
@@ -257,10 +275,32 @@ class StepReporting(TrainerCallback):
             self.stopped = state.global_step < self.total_steps
         self._begin_step()
 
+    def _watch(self) -> None:
+        """Gather the engine's figures of the step (once) and let the monitors see them. A
+        monitor that trips turns the job's directive into save-and-stop: the snapshot is taken
+        at this step and the step's report carries the reason."""
+        state = self._state
+        if self._engine_figures is not None or state is None:
+            return
+        self._engine_figures = self.engine.step_figures(state.global_step, self._logs, state)
+        if self.health is None:
+            return
+        health, pause = self.health.observe(state.global_step, self._engine_figures)
+        self._engine_figures |= health
+        if pause is None:
+            return
+        log.warning("%s", pause.reason)
+        self._pause = pause
+        if self._snapshot is not None:
+            self._stop_after_save = True  # this step's snapshot is taken already
+        elif self.job.reporter.action == "continue":
+            self.job.reporter.action = "save-and-stop"
+
     def _begin_step(self) -> None:
         self.memory.begin()
         self._ready = self.clock()
         self._wall_ready = time.time()
+        self.job.reporter.step_began(self._expected)
 
 
 def _remove_older(checkpoint: Path) -> None:

@@ -19,8 +19,9 @@ it after it sent ``started``, and sends the end report from what it returns or r
    vanishes under an export);
 3. obeys the service's directive after every event: ``stop`` ends verl at once;
    ``save-and-stop`` has verl save at the end of the current step and exit (`hooks`);
-4. ends verl's whole process tree on every way out (`VerlProcess.stop`), also when the job
-   itself is told to terminate (SIGTERM);
+4. ends verl's whole process tree on every way out (`VerlProcess.stop`); a SIGTERM to the job
+   is a save-and-stop (unless the service answers ``stop``), and ends verl at once when verl
+   has not saved and exited within `TERMINATE_SAVE_SECONDS`;
 5. returns an `Outcome`: finished, with the last snapshot's weights (already in the store) as
    the final adapter, or stopped; or raises a `JobError` with the reason it recognised
    (verl's environment missing or unable to start: ``job-start-failed``; a dataset it cannot
@@ -61,6 +62,7 @@ import akka_training
 from akka_training.blobstore.base import BlobStore
 from akka_training.core import blobkeys
 from akka_training.core.exits import memory_exhausted
+from akka_training.core.plans import Monitors
 from akka_training.core.reports import (
     RolloutsReport,
     SnapshotReport,
@@ -99,6 +101,7 @@ from akka_training.engines.verl.overrides import (
     lora_alpha,
     plan_sizes,
     runtime_env_overrides,
+    schedule_steps,
     verl_constraints,
 )
 from akka_training.engines.verl.paths import DirectoryBusy, VerlPaths, lock
@@ -107,6 +110,7 @@ from akka_training.engines.verl.reward_config import CONFIG_ENV, bundle_refs, re
 from akka_training.engines.verl.rollouts import RolloutJoiner, StepRollouts
 from akka_training.rewards.figures import histogram_values
 from akka_training.rewards.figures import step_figures as rollout_figures
+from akka_training.rewards.health import HealthWatch, correctness_term, remote_terms, rollout_health
 from akka_training.rewards.inputs import RewardSetupError
 from akka_training.rewards.rollouts import step_summary, write_step_file
 from akka_training.rewards.scorer import RewardScorer
@@ -124,6 +128,9 @@ PREFLIGHT_TIMEOUT = 300.0
 # How long verl gets to end after the job itself was told to terminate (the local runner kills
 # the job 20 s after its SIGTERM).
 TERMINATE_GRACE = 10.0
+# How long a SIGTERM from outside gives verl to save at the end of its step and exit before the
+# job ends verl at once (then TERMINATE_GRACE): both fit the runner's 20 s stop grace.
+TERMINATE_SAVE_SECONDS = 10.0
 
 
 class VerlEngine:
@@ -146,7 +153,7 @@ class VerlEngine:
                 ended = reap_leftovers(spec.run_id)
                 if ended:
                     log.warning("ended %d process(es) an earlier attempt of this run left", ended)
-                overrides, env, written = _setup(
+                overrides, env, written, schedule = _setup(
                     spec, paths, job.store, python, job.bundles, list(self.extra_overrides)
                 )
                 data_fit = {"rows": written.rows, "rowsWithoutAnswer": written.without_answer}
@@ -154,7 +161,7 @@ class VerlEngine:
                     TrainingReport(total_steps=plan_sizes(spec).total_steps, data_fit=data_fit)
                 )
                 job.training_began("rl")
-                return _train(job, paths, python, overrides, env)
+                return _train(job, paths, python, overrides, env, schedule)
         except DirectoryBusy as exc:
             raise JobStartFailed(str(exc)) from exc
 
@@ -169,7 +176,7 @@ def _setup(
     python: Path,
     bundle_resolver: BundleResolver | None,
     extra: list[str],
-) -> tuple[list[str], dict[str, str], data.WrittenDataset]:
+) -> tuple[list[str], dict[str, str], data.WrittenDataset, int]:
     problems = verl_constraints(spec)
     if problems:
         raise JobError("verl cannot run this plan:\n" + "\n".join(problems))
@@ -177,14 +184,19 @@ def _setup(
     _link_package(paths)
     written = _write_datasets(spec, paths, blobs)
     _write_reward_config(spec, paths, bundle_resolver)
-    _restore_sources(spec, paths, blobs)
+    restored = _restore_sources(spec, paths, blobs)
+    schedule = schedule_steps(
+        spec, snapshots.saved_schedule_steps(restored) if restored is not None else None
+    )
     env = _verl_env(paths, python)
-    overrides = build_overrides(spec, paths) + _runtime_env_overrides(env) + extra
+    overrides = (
+        build_overrides(spec, paths, schedule=schedule) + _runtime_env_overrides(env) + extra
+    )
     answer = _preflight(python, overrides, env)
     if answer.get("flashAttention"):
-        attention = build_overrides(spec, paths, attention="flash_attention_2")
+        attention = build_overrides(spec, paths, attention="flash_attention_2", schedule=schedule)
         overrides = attention + _runtime_env_overrides(env) + extra
-    return overrides, env, written
+    return overrides, env, written, schedule
 
 
 def _verl_python(configured: Path | None) -> Path:
@@ -250,21 +262,23 @@ def _write_reward_config(
     config.write(paths.reward_config)
 
 
-def _restore_sources(spec: JobSpec, paths: VerlPaths, blobs: BlobStore) -> None:
+def _restore_sources(spec: JobSpec, paths: VerlPaths, blobs: BlobStore) -> Path | None:
+    """Fetch the adapter a run starts from, or put back the checkpoint it resumes or
+    continues from; returns that checkpoint (None when the run restores none)."""
     source, gpus = spec.settings.source, spec.settings.execution.gpus
     try:
         if source is not None and source.kind in ("warm-start", "branch"):
             snapshots.fetch_adapter(blobs, source.weights, paths.source_adapter)
         if spec.resume is not None:
-            snapshots.restore_training_state(
+            return snapshots.restore_training_state(
                 blobs,
                 spec.resume.training_state,
                 paths.checkpoints,
                 step=spec.resume.step,
                 gpus=gpus,
             )
-        elif source is not None and source.kind == "continue" and source.training_state:
-            snapshots.restore_training_state(
+        if source is not None and source.kind == "continue" and source.training_state:
+            return snapshots.restore_training_state(
                 blobs, source.training_state, paths.checkpoints, step=source.step, gpus=gpus
             )
     except snapshots.GpuCountMismatch as exc:
@@ -273,6 +287,7 @@ def _restore_sources(spec: JobSpec, paths: VerlPaths, blobs: BlobStore) -> None:
         raise SourceUnavailable(str(exc)) from exc
     except OSError as exc:
         raise SourceUnavailable(str(exc)) from exc
+    return None
 
 
 def _verl_env(paths: VerlPaths, python: Path) -> dict[str, str]:
@@ -334,7 +349,8 @@ def _preflight(python: Path, overrides: list[str], env: dict[str, str]) -> dict[
 class _Progress:
     """What the training loop knows: steps seen and reported, the latest snapshot."""
 
-    def __init__(self, spec: JobSpec) -> None:
+    def __init__(self, spec: JobSpec, schedule: int) -> None:
+        self.schedule = schedule  # the steps the learning-rate schedule spans
         start = spec.resume.step if spec.resume else 0
         source = spec.settings.source
         if spec.resume is None and source is not None and source.kind == "continue":
@@ -348,10 +364,23 @@ class _Progress:
         self.adapter_modules: list[str] = []
         self.pending: dict[int, tuple[VerlStep, float]] = {}  # step -> (metrics, seen at)
         self.stopping: str | None = None  # the directive being carried out
+        # The run's health monitors, fed each reported step (`rewards.health`, as under TRL).
+        config = spec.settings.config
+        self.remote_terms = remote_terms(config.reward)
+        self.health = HealthWatch(
+            spec.run_id,
+            config.monitors or Monitors(),
+            correctness_term(config.monitors, config.reward),
+        )
 
 
 def _train(
-    job: JobContext, paths: VerlPaths, python: Path, overrides: list[str], env: dict[str, str]
+    job: JobContext,
+    paths: VerlPaths,
+    python: Path,
+    overrides: list[str],
+    env: dict[str, str],
+    schedule: int,
 ) -> Outcome:
     spec, blobs, reporter, telemetry = job.spec, job.store, job.reporter, job.telemetry
     sizes = plan_sizes(spec)
@@ -360,7 +389,7 @@ def _train(
     joiner = RolloutJoiner(
         paths.rollouts, paths.reward_records, weights, sizes.prompts_per_step * sizes.generations
     )
-    progress = _Progress(spec)
+    progress = _Progress(spec, schedule)
     process = VerlProcess(
         main_ppo_command(python, overrides),
         metrics_file=paths.metrics_file,
@@ -370,7 +399,7 @@ def _train(
         family=f"{spec.run_id}/{spec.attempt}",
     )
     grace = 30.0
-    with _terminate_raises():
+    with _terminate_saves(reporter):
         process.start()
         try:
             for event in process.events(stall_seconds=spec.telemetry.stall_seconds):
@@ -421,21 +450,40 @@ def _train(
 
 
 @contextlib.contextmanager
-def _terminate_raises() -> Iterator[None]:
-    """While verl runs, SIGTERM to the job (a cancel, a node drain) unwinds the job through its
-    ``finally`` blocks, which end verl's process tree, instead of killing the job alone."""
+def _terminate_saves(reporter: HttpReporter) -> Iterator[None]:
+    """While verl runs, SIGTERM to the job (a node drain, a kill) is a save-and-stop unless the
+    service answers ``stop`` (`HttpReporter.terminated`; a cancel or a pause): verl saves at the
+    end of its step and exits, and the job reports the snapshot and ``stopped``. When verl has
+    not ended `TERMINATE_SAVE_SECONDS` later (or on a second SIGTERM), the job unwinds through
+    its ``finally`` blocks, which end verl's process tree, and exits with the signal: the run is
+    retried from its last committed snapshot."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    told: list[float] = []
 
     def _exit(signum: int, _frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
+        raise SystemExit(128 + signal.SIGTERM)
 
-    previous = signal.signal(signal.SIGTERM, _exit)
+    def _terminate(signum: int, frame: FrameType | None) -> None:
+        if told:
+            _exit(signum, frame)
+        told.append(time.monotonic())
+        log.warning(
+            "SIGTERM: saving at the end of verl's step, ending verl in %.0f s otherwise",
+            TERMINATE_SAVE_SECONDS,
+        )
+        reporter.terminated()
+        signal.setitimer(signal.ITIMER_REAL, TERMINATE_SAVE_SECONDS)
+
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    previous_alarm = signal.signal(signal.SIGALRM, _exit)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGALRM, previous_alarm)
 
 
 def record_step_spans(tracing: Tracing, step: int, figures: dict[str, float], ended: float) -> None:
@@ -508,13 +556,34 @@ def _report_steps(
                 figures["timing/reward"] = step_rollouts.reward_seconds
             if step_rollouts.unmatched:
                 figures["rollouts/without_record"] = float(step_rollouts.unmatched)
-        reporter.report_step(StepReport(step=number, total_steps=total_steps, metrics=figures))
+            figures |= rollout_health(
+                step_rollouts.rollouts, progress.remote_terms, _term_seconds(step_rollouts)
+            )
+        health, pause = progress.health.observe(number, figures)
+        figures |= health
+        reporter.report_step(
+            StepReport(step=number, total_steps=total_steps, metrics=figures, pause=pause)
+        )
+        if pause is not None:
+            # As under TRL: the run pauses with a snapshot; verl saves at the end of the step
+            # it is in (`_obey`), the first step after this one it has not finished yet.
+            log.warning("%s", pause.reason)
+            reporter.direct("save-and-stop")
         if telemetry is not None:
             _publish(telemetry, number, figures, step_rollouts)
         if step_rollouts is not None and step_rollouts.rollouts:
             _report_rollouts(spec, blobs, reporter, joiner, step_rollouts)
         del progress.pending[number]
         progress.reported_step = number
+
+
+def _term_seconds(rollouts: StepRollouts) -> dict[str, list[float]]:
+    """Per term, the seconds it took on each of the step's rollouts (the reward records)."""
+    seconds: dict[str, list[float]] = defaultdict(list)
+    for record in rollouts.records:
+        for term, taken in record.term_seconds.items():
+            seconds[term].append(taken)
+    return seconds
 
 
 def _publish(
@@ -528,17 +597,20 @@ def _publish(
     failures: Counter[tuple[str, str]] = Counter()
     prompt_tokens: Counter[str] = Counter()
     completion_tokens: Counter[str] = Counter()
+    retries: Counter[str] = Counter()
     for record in rollouts.records:
         for term, seconds in record.term_seconds.items():
             timings[term].append(seconds)
         failures.update(record.failures.items())
         prompt_tokens.update(record.judge_prompt_tokens)
         completion_tokens.update(record.judge_completion_tokens)
+        retries.update(record.retries)
     telemetry.reward_stats(
         timings=timings,
         failures=failures,
         judge_prompt_tokens=prompt_tokens,
         judge_completion_tokens=completion_tokens,
+        retries=retries,
     )
     telemetry.histograms(histogram_values(rollouts.rollouts))
 
@@ -613,7 +685,12 @@ def _snapshot(
         adapter_bytes = snapshots.directory_bytes(adapter)
         modules = snapshots.adapter_modules(adapter)
         state_bytes = snapshots.save_training_state(
-            blobs, keys.training_state, checkpoint, step=step, gpus=settings.execution.gpus
+            blobs,
+            keys.training_state,
+            checkpoint,
+            step=step,
+            gpus=settings.execution.gpus,
+            schedule_steps=progress.schedule,
         )
     except (snapshots.SnapshotError, OSError, subprocess.TimeoutExpired) as exc:
         raise JobError(f"the snapshot of step {step} could not be saved: {exc}") from exc

@@ -164,14 +164,38 @@ def verl_constraints(spec: JobSpec) -> list[str]:
     return problems
 
 
-def build_overrides(spec: JobSpec, paths: VerlPaths, *, attention: Attention = "sdpa") -> list[str]:
+def schedule_steps(spec: JobSpec, saved: int | None = None) -> int:
+    """The steps the learning-rate schedule spans. A run that restores a training state (a
+    resume, a continuation) keeps the schedule that state was trained under (`saved`, from the
+    checkpoint's manifest), so that it trains exactly as the uninterrupted run would have; it
+    is stretched only for a continuation that trains past the end of its source's schedule."""
+    total = total_steps(spec)
+    return max(saved, total) if saved else total
+
+
+def warmup_steps(spec: JobSpec, schedule: int) -> int:
+    """The warmup of a schedule of `schedule` steps, as verl counts it (a whole number of
+    steps: ``int(lr_warmup_steps_ratio * total_training_steps)``)."""
+    return int(_rl(spec).optimizer.warmup_ratio * schedule)
+
+
+def build_overrides(
+    spec: JobSpec,
+    paths: VerlPaths,
+    *,
+    attention: Attention = "sdpa",
+    schedule: int | None = None,
+) -> list[str]:
     """The overrides for ``python -m verl.trainer.main_ppo``. `attention` is the attention
     kernel of the training model: verl's default, FlashAttention 2, needs the flash-attn package
     in verl's environment; without it the job trains with PyTorch's SDPA and no
-    padding removal."""
+    padding removal. `schedule` is the steps the learning-rate schedule spans
+    (`schedule_steps`; the run's own steps when None): verl's step count ends the run, and the
+    warmup is set in steps of the schedule, so a continuation warms up as its source did."""
     settings = spec.settings
     rl = _rl(spec)
     sizes = plan_sizes(spec)
+    schedule = schedule or sizes.total_steps
     clip = rl.clip or METHOD_CLIP[settings.method]
     precision = _DTYPES[settings.config.model.precision or "BF16"]
     source = settings.source
@@ -211,6 +235,10 @@ def build_overrides(spec: JobSpec, paths: VerlPaths, *, attention: Attention = "
         "actor_rollout_ref.actor.optim.lr": rl.optimizer.learning_rate,
         "actor_rollout_ref.actor.optim.weight_decay": rl.optimizer.weight_decay,
         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": rl.optimizer.warmup_ratio,
+        # verl computes the warmup from its own total steps when this is 0 or less, which for
+        # a continuation are fewer than its schedule's: give it in steps (the constant
+        # schedule, verl's default, has nothing else that depends on the total)
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": warmup_steps(spec, schedule),
         "actor_rollout_ref.actor.use_kl_loss": rl.kl_beta > 0,
         "actor_rollout_ref.actor.fsdp_config.dtype": precision,
         # the checkpoint holds the adapter's weights, not the base model's: a resume loads the

@@ -42,6 +42,8 @@ class RewardRecord:
     # Tokens each judge term's model read and wrote for this rollout.
     judge_prompt_tokens: dict[str, int] = field(default_factory=dict)
     judge_completion_tokens: dict[str, int] = field(default_factory=dict)
+    # Tries each remote term made again for this rollout after a 429 or 5xx.
+    retries: dict[str, int] = field(default_factory=dict)
 
     def to_line(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False) + "\n"

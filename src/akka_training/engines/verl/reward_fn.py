@@ -78,6 +78,7 @@ async def compute_score(
             explanations=dict(scored.explanations),
             judge_prompt_tokens=dict(batch.stats.judge_prompt_tokens),
             judge_completion_tokens=dict(batch.stats.judge_completion_tokens),
+            retries=dict(scored.retries),
         )
     )
     return {"score": float(scored.score)} | {

@@ -67,16 +67,32 @@ def new_checkpoints(checkpoints: Path, *, after: int) -> list[int]:
 
 
 def save_training_state(
-    blobs: BlobStore, key: str, checkpoint: Path, *, step: int, gpus: int
+    blobs: BlobStore,
+    key: str,
+    checkpoint: Path,
+    *,
+    step: int,
+    gpus: int,
+    schedule_steps: int | None = None,
 ) -> int:
-    """Upload verl's checkpoint directory with our manifest; returns the bytes uploaded."""
+    """Upload verl's checkpoint directory with our manifest; returns the bytes uploaded. The
+    manifest records `schedule_steps`, the steps the learning-rate schedule spans, which verl's
+    checkpoint does not hold (its scheduler's state is the step only)."""
     if not checkpoint.is_dir():
         raise SnapshotError(f"verl's checkpoint {checkpoint} does not exist")
     (checkpoint / MANIFEST).unlink(missing_ok=True)
     files = _file_sizes(checkpoint)
     blobs.put_dir(key, checkpoint)
     # The manifest last: a training state in the store without it is an incomplete one.
-    manifest = {"step": step, "gpus": gpus, "engine": "verl", "key": key, "files": files}
+    manifest: dict[str, object] = {
+        "step": step,
+        "gpus": gpus,
+        "engine": "verl",
+        "key": key,
+        "files": files,
+    }
+    if schedule_steps is not None:
+        manifest["scheduleSteps"] = schedule_steps
     (checkpoint / MANIFEST).write_text(json.dumps(manifest, sort_keys=True))
     blobs.put_file(f"{key.rstrip('/')}/{MANIFEST}", checkpoint / MANIFEST)
     return sum(files.values()) + (checkpoint / MANIFEST).stat().st_size
@@ -260,6 +276,15 @@ def fetch_adapter(blobs: BlobStore, key: str, dest: Path) -> Path:
     if missing:
         raise SnapshotError(f"the adapter at {key} lacks {', '.join(missing)}")
     return dest
+
+
+def saved_schedule_steps(checkpoint: Path) -> int | None:
+    """The steps the learning-rate schedule of a restored checkpoint spans (None: a snapshot
+    saved before the manifest recorded them)."""
+    try:
+        return int(json.loads((checkpoint / MANIFEST).read_text())["scheduleSteps"])
+    except (FileNotFoundError, KeyError, ValueError, TypeError):
+        return None
 
 
 def _manifest_gpus(checkpoint: Path) -> int | None:

@@ -32,11 +32,14 @@ class HttpGrader(AsyncGrader):
             "output": rollout.completion,
             "expected": rollout.expected,
         }
-        reply = await post_json(
+        answer = await post_json(
             client, self.url, payload, headers=self.headers, timeout_seconds=self.timeout_seconds
         )
+        reply, retries = answer.body, answer.retries
         if not isinstance(reply, dict):
-            raise TermFailed(FailureCause.NO_VERDICT, f"{self.url} answered {reply!r:.200}")
+            raise TermFailed(
+                FailureCause.NO_VERDICT, f"{self.url} answered {reply!r:.200}", retries=retries
+            )
         explanation = reply.get("explanation")
         explanation = None if explanation is None else str(explanation)
         if "score" in reply:
@@ -49,5 +52,6 @@ class HttpGrader(AsyncGrader):
             raise TermFailed(
                 FailureCause.NO_VERDICT,
                 f"{self.url} answered no 'score' in [0, 1] and no boolean 'ok': {reply!r:.200}",
+                retries=retries,
             )
-        return TermOutcome(score, explanation)
+        return TermOutcome(score, explanation, retries=retries)

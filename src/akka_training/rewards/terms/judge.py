@@ -66,9 +66,10 @@ class JudgeGrader(AsyncGrader):
             "max_tokens": self.max_tokens,
             "temperature": 0,
         }
-        reply = await post_json(
+        answer = await post_json(
             client, self.url, payload, headers=self.headers, timeout_seconds=self.timeout_seconds
         )
+        reply = answer.body
         prompt_tokens, completion_tokens = _usage(reply)
         text = _reply_text(reply)
         score, explanation = read_verdict(text) if text is not None else (None, None)
@@ -79,8 +80,9 @@ class JudgeGrader(AsyncGrader):
                 f"the judge's reply held no score in [0, 1]: {shown}",
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
+                retries=answer.retries,
             )
-        return TermOutcome(score, explanation, prompt_tokens, completion_tokens)
+        return TermOutcome(score, explanation, prompt_tokens, completion_tokens, answer.retries)
 
 
 def judge_message(rollout: RolloutInput) -> str:

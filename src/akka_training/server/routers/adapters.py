@@ -14,9 +14,10 @@ from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.openapi import errors
+from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import adapters as service
 
-router = APIRouter(prefix="/v1/runs")
+router = APIRouter(prefix="/v1/runs", route_class=SessionEndingRoute)
 
 _NO_FILES = (
     409,

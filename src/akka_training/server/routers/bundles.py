@@ -11,9 +11,10 @@ from akka_training.api.bundles import Bundle
 from akka_training.core.errors import PayloadTooLarge
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.openapi import errors, raw_body
+from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import bundles as service
 
-router = APIRouter(prefix="/v1/bundles")
+router = APIRouter(prefix="/v1/bundles", route_class=SessionEndingRoute)
 
 
 @router.post(

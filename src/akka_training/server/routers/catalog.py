@@ -7,9 +7,10 @@ from fastapi import APIRouter
 from akka_training.api.catalog import BaseModelDetail, BaseModelSummary, CatalogEnvelope
 from akka_training.server.deps import Caller, Ctx
 from akka_training.server.openapi import errors
+from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import catalog as service
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=SessionEndingRoute)
 
 
 @router.get("/base-models", responses=errors(401))

@@ -26,10 +26,11 @@ from akka_training.core.errors import AkkaError
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.deps import caller as identify
 from akka_training.server.openapi import NDJSON, errors, raw_body
+from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import datasets as service
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=SessionEndingRoute)
 
 _REGISTER_ERRORS = errors(
     (400, "Not a dataset name or alias, or the upload stopped before its end (no body)."),
@@ -43,6 +44,7 @@ _REGISTER_ERRORS = errors(
         "request declares its length.",
     ),
     (422, "The file's rows were refused, with every problem (code invalid)."),
+    (507, "The trainer's storage is full (code storage-full); nothing of the upload was kept."),
 )
 
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from akka_training.api.grafana import GrafanaLink, KeySet
 from akka_training.core.errors import InvalidRequest, NotFound
 from akka_training.server.deps import Caller, Db, Telemetry
+from akka_training.server.metrics_access import check_scraper
 from akka_training.server.openapi import errors
+from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services.lookups import run_for
 from akka_training.telemetry.service_metrics import PROMETHEUS_CONTENT_TYPE, ScrapeOff
 
-router = APIRouter()
+router = APIRouter(route_class=SessionEndingRoute)
 
 
 @router.get(
@@ -22,12 +24,19 @@ router = APIRouter()
             "description": "The service's metrics in the Prometheus text format.",
             "content": {PROMETHEUS_CONTENT_TYPE: {"schema": {"type": "string"}}},
         },
-        **errors((404, "The deployment exports the service's metrics over OTLP instead.")),
+        **errors(
+            (401, "No token, or one this trainer does not know."),
+            (403, "The token is neither the metrics token nor an admin token."),
+            (404, "The deployment exports the service's metrics over OTLP instead."),
+        ),
     },
 )
-def metrics(telemetry: Telemetry) -> Response:
+def metrics(request: Request, telemetry: Telemetry, db: Db) -> Response:
     """The service's metrics, where the deployment has Prometheus scrape them (404 where it
-    exports them over OTLP instead: one path per deployment, so no series comes twice)."""
+    exports them over OTLP instead: one path per deployment, so no series comes twice), for
+    the metrics token (`trainer.telemetry.metrics-token-file`) and admin tokens: they cover
+    every project."""
+    check_scraper(request, db, telemetry.metrics_token)
     try:
         text = telemetry.metrics.prometheus_text()
     except ScrapeOff as exc:

@@ -8,11 +8,12 @@ from fastapi import APIRouter
 from pydantic import WithJsonSchema
 
 from akka_training.api.jobs import REPORTS, Directive
-from akka_training.server.deps import Caller, Ctx, Db
+from akka_training.server.deps import Ctx, Db, Reporter
 from akka_training.server.openapi import component, errors
+from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import jobs as service
 
-router = APIRouter(prefix="/v1/jobs")
+router = APIRouter(prefix="/v1/jobs", route_class=SessionEndingRoute)
 
 # The body of each report kind (the last path segment), parsed by the service.
 ReportDocument = Annotated[
@@ -39,7 +40,7 @@ ReportDocument = Annotated[
     ),
 )
 def report(
-    run_id: str, attempt: int, kind: str, body: ReportDocument, ctx: Ctx, db: Db, caller: Caller
+    run_id: str, attempt: int, kind: str, body: ReportDocument, ctx: Ctx, db: Db, caller: Reporter
 ) -> Directive:
     answer = service.handle(db, caller, run_id, attempt, kind, body)
     if kind in ("finished", "stopped", "failed") and ctx.controller is not None:

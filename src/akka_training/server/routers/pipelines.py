@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 from pydantic import WithJsonSchema
 
 from akka_training.api.pipelines import Pipeline, PipelineDryRun, PipelinePlan, PipelineWaitLine
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.openapi import NDJSON, component, errors, lines
+from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import pipelines as service
 
-router = APIRouter(prefix="/v1/pipelines")
+router = APIRouter(prefix="/v1/pipelines", route_class=SessionEndingRoute)
 
 # The plan is parsed by the service, which refuses it with every problem of every stage (422).
 PipelineDocument = Annotated[
@@ -88,6 +89,12 @@ def resume(ref: str, ctx: Ctx, db: Db, caller: Caller) -> Pipeline:
         **errors(*_LOOKUP),
     },
 )
-def wait(ref: str, ctx: Ctx, caller: Caller, timeout: float | None = None) -> StreamingResponse:
+def wait(
+    ref: str,
+    ctx: Ctx,
+    caller: Caller,
+    # A .nan would never compare past the deadline and hold the stream open for good.
+    timeout: float | None = Query(None, ge=0, allow_inf_nan=False),
+) -> StreamingResponse:
     """Line-delimited JSON: the pipeline each time a stage changes, ending with its final state."""
     return StreamingResponse(service.wait_lines(ctx, caller, ref, timeout), media_type=NDJSON)

@@ -7,9 +7,10 @@ from fastapi import APIRouter
 from akka_training.api.projects import Project, ProjectDetail, ProjectRequest, QuotaRequest
 from akka_training.server.deps import Caller, Db
 from akka_training.server.openapi import errors
+from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import projects as service
 
-router = APIRouter(prefix="/v1/projects")
+router = APIRouter(prefix="/v1/projects", route_class=SessionEndingRoute)
 
 
 @router.get("", responses=errors(401))

@@ -22,13 +22,17 @@ from akka_training.api.runs import (
     RunWaitLine,
     Snapshot,
 )
+from akka_training.api.verification import RunVerification
+from akka_training.core.limits import INT32_MAX
 from akka_training.deployment.context import AppContext
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.openapi import NDJSON, component, errors, lines
+from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import rollouts as rollouts_service
 from akka_training.server.services import runs as service
+from akka_training.server.services import verification as verification_service
 
-router = APIRouter(prefix="/v1/runs")
+router = APIRouter(prefix="/v1/runs", route_class=SessionEndingRoute)
 
 # The plan is parsed by the service, which refuses it with every problem at once (422).
 PlanDocument = Annotated[dict[str, Any], WithJsonSchema(component("RunPlan", RunPlan))]
@@ -144,6 +148,19 @@ def rollouts(
     return StepRollouts.model_validate(answer)
 
 
+@router.get(
+    "/{run_ref}/verification",
+    responses=errors(
+        (400, "A bad run reference, or a run that keeps no rollouts (sft)."), 401, 403, 404
+    ),
+)
+def verification(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> RunVerification:
+    """Each step's published figures recomputed from the rollouts the run kept: the steps
+    checked, and every figure that differs."""
+    answer = verification_service.verify(db, ctx, caller, run_ref)
+    return RunVerification.model_validate(answer)
+
+
 @router.get("/{run_ref}/tree", responses=errors(*_LOOKUP))
 def tree(run_ref: str, db: Db, caller: Caller) -> RunTree:
     return RunTree.model_validate(service.tree(db, caller, run_ref))
@@ -151,7 +168,11 @@ def tree(run_ref: str, db: Db, caller: Caller) -> RunTree:
 
 @router.get("/{run_ref}/logs", responses=errors(*_LOOKUP, 503))
 def logs(
-    run_ref: str, ctx: Ctx, caller: Caller, offset: int = 0, attempt: int | None = None
+    run_ref: str,
+    ctx: Ctx,
+    caller: Caller,
+    offset: int = Query(0, ge=0),
+    attempt: int | None = Query(None, ge=0, le=INT32_MAX),
 ) -> JobLogs:
     return JobLogs.model_validate(service.logs(ctx, caller, run_ref, offset, attempt))
 
@@ -170,7 +191,12 @@ def logs(
     },
 )
 def wait(
-    run_ref: str, ctx: Ctx, caller: Caller, timeout: float | None = None, until: str = "end"
+    run_ref: str,
+    ctx: Ctx,
+    caller: Caller,
+    # A .nan would never compare past the deadline and hold the stream open for good.
+    timeout: float | None = Query(None, ge=0, allow_inf_nan=False),
+    until: str = "end",
 ) -> StreamingResponse:
     """Line-delimited JSON: the run's events as they happen, ending with the full record once
     the run ends (or pauses, with until=rest), or at the timeout."""

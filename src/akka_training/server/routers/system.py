@@ -16,10 +16,11 @@ from akka_training.api.system import (
 )
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.openapi import errors
+from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import info as info_service
 from akka_training.server.services import tokens as tokens_service
 
-router = APIRouter()
+router = APIRouter(route_class=SessionEndingRoute)
 
 
 @router.get("/healthz", responses=errors())

@@ -9,11 +9,12 @@ from fastapi import APIRouter, Query
 from pydantic import WithJsonSchema
 
 from akka_training.api.tasks import TASK_REPORTS, TaskDirective, TaskRecord
-from akka_training.server.deps import Caller, Ctx, Db
+from akka_training.server.deps import Caller, Ctx, Db, Reporter
 from akka_training.server.openapi import component, errors
+from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import tasks as service
 
-router = APIRouter(prefix="/v1/tasks")
+router = APIRouter(prefix="/v1/tasks", route_class=SessionEndingRoute)
 
 _LOOKUP = (401, 403, (404, "There is no such task."))
 
@@ -68,7 +69,7 @@ def cancel(task_id: str, ctx: Ctx, db: Db, caller: Caller) -> TaskRecord:
     ),
 )
 def report(
-    task_id: str, kind: str, body: ReportDocument, ctx: Ctx, db: Db, caller: Caller
+    task_id: str, kind: str, body: ReportDocument, ctx: Ctx, db: Db, caller: Reporter
 ) -> TaskDirective:
     answer = service.report(db, caller, task_id, kind, body)
     if kind in ("finished", "failed") and ctx.controller is not None:

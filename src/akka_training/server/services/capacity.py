@@ -69,7 +69,12 @@ def pool_usage(session: Session, ctx: AppContext) -> list[PoolUse]:
     return out
 
 
-def capacity(session: Session, ctx: AppContext, project: str | None) -> dict[str, Any]:
+def capacity(
+    session: Session, ctx: AppContext, project: str | None, visible: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """Pools, open claims and projects. `visible`: the projects the caller may read (None:
+    every project, an admin's view); the claims and projects of the others are left out,
+    while the pools' figures stay whole (a pool is shared: its free devices are everyone's)."""
     if project and session.get(Project, project) is None:
         raise NotFound(
             f"There is no project {project!r}; `akka training projects list` shows the projects."
@@ -93,10 +98,12 @@ def capacity(session: Session, ctx: AppContext, project: str | None) -> dict[str
     query = select(Claim).where(Claim.state.in_(OPEN_CLAIM_STATES)).order_by(Claim.id)
     if project:
         query = query.where(Claim.project == project)
+    if visible is not None:
+        query = query.where(Claim.project.in_(visible))
     claims = [
         {
             "kind": c.kind,
-            "for": c.run_id,
+            "for": c.run_id or c.task_id,
             "project": c.project,
             "devices": c.devices,
             "pool": c.pool,
@@ -110,7 +117,7 @@ def capacity(session: Session, ctx: AppContext, project: str | None) -> dict[str
     rows = session.scalars(select(Project).order_by(Project.name))
     all_claims = list(session.scalars(select(Claim).where(Claim.state.in_(OPEN_CLAIM_STATES))))
     for p in rows:
-        if project and p.name != project:
+        if (project and p.name != project) or (visible is not None and p.name not in visible):
             continue
         projects.append(
             {

@@ -21,11 +21,12 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from akka_training.core.blobkeys import dataset_key
-from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound
+from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound, storage_full
 from akka_training.core.refs import BadReference, Ref, parse_ref, valid_name
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
 from akka_training.server.dataset_intake import Intake, receive_dataset
+from akka_training.server.errors import full_storage
 from akka_training.server.services.projects import get_project_row
 from akka_training.storage.models import DatasetAlias, DatasetVersion
 from akka_training.telemetry import catalog as names
@@ -138,6 +139,12 @@ async def _register(
     except AkkaError as exc:
         log.info("refused an upload to %s/%s: %s", project, name, exc.message.splitlines()[0])
         raise
+    except OSError as exc:
+        full = storage_full(exc)
+        if full is None:
+            raise
+        log.error("an upload to %s/%s found the storage full: %s", project, name, full)
+        raise full_storage(full) from exc
     try:
         result = await run_in_threadpool(_commit, ctx, project, name, alias, intake)
     finally:

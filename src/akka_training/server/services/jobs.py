@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from akka_training.api.jobs import REPORTS
 from akka_training.core.errors import Conflict, Forbidden, InvalidRequest
 from akka_training.core.failures import FailureReason
+from akka_training.core.monitors import WATCHED
 from akka_training.core.parsing import parse_model
 from akka_training.core.phases import TERMINAL, Phase, RuleName, can
 from akka_training.core.reports import (
@@ -28,6 +29,7 @@ from akka_training.core.reports import (
 from akka_training.core.states import AttemptOutcome, Request
 from akka_training.server.auth import Principal
 from akka_training.storage.models import Attempt, RolloutStep, Run, Snapshot, Step
+from akka_training.storage.tokens import revoke_attempt_tokens
 from akka_training.storage.transitions import event, move
 
 
@@ -54,6 +56,10 @@ def handle(
     now = datetime.now(UTC)
     attempt.heartbeat_at = now
     _HANDLERS[kind](session, run, attempt, report, now)
+    if attempt.outcome is not None:
+        # The attempt has ended: its token reports nothing more (a retry of this same report
+        # is answered as for an attempt that is no longer current).
+        revoke_attempt_tokens(session, run_id, attempt_no, now)
     return {"action": directive(run)}
 
 
@@ -114,8 +120,24 @@ def _step(session: Session, run: Run, attempt: Attempt, r: StepReport, now: date
     run.summary = {**_summary(run.summary or {}, r.metrics, run.method), **run_figures(totals)}
     run.summary["totals"] = totals
     run.memory = _memory(run.memory, r.step, r.metrics)
+    health = {k: v for k, v in r.metrics.items() if k in WATCHED or k.startswith("health/")}
+    if health:
+        run.summary["health"] = {"step": r.step, "figures": health}
     if run.phase == Phase.PREPARING:
         move(session, run, RuleName.START_TRAINING, now=now)
+    if r.pause is not None:
+        _monitor_pause(session, run, r, now)
+
+
+def _monitor_pause(session: Session, run: Run, r: StepReport, now: datetime) -> None:
+    """A monitor of the job tripped: the run pauses as with ``--checkpoint save`` (the job
+    has saved at this step and stops), unless the user asked for something already."""
+    assert r.pause is not None
+    run.summary = {**(run.summary or {}), "monitorPause": r.pause.to_json()}
+    event(session, run.id, "monitor", r.pause.reason, r.pause.to_json())
+    if run.requested is None and can(run.phase, RuleName.REQUEST_PAUSE):
+        move(session, run, RuleName.REQUEST_PAUSE, now=now)
+        run.requested = Request.PAUSE_SAVE
 
 
 def _snapshot(

@@ -10,14 +10,20 @@ from akka_training.server.auth import Principal
 from akka_training.storage.models import Pipeline, Run
 
 
-def find_run(session: Session, run_ref: str) -> Run:
-    """A run by id or by an unambiguous prefix of its id."""
+def find_run(session: Session, run_ref: str, principal: Principal | None = None) -> Run:
+    """A run by id or by an unambiguous prefix of its id. A prefix matches only the runs of
+    the projects `principal` may read, so that a prefix of another project's run answers as
+    one that matches nothing (neither a refusal nor an ambiguity naming another's ids tells
+    that such a run exists). A whole id is looked up as it is; the caller checks access."""
     run = session.get(Run, run_ref)
     if run is not None:
         return run
     if len(run_ref) < 3:
         raise InvalidRequest("Give at least 3 characters of a run id.")
-    matches = session.scalars(select(Run).where(Run.id.startswith(run_ref)).limit(3)).all()
+    query = select(Run).where(Run.id.startswith(run_ref))
+    if principal is not None and principal.projects is not None:
+        query = query.where(Run.project.in_(principal.projects))
+    matches = session.scalars(query.limit(3)).all()
     if not matches:
         raise NotFound(f"There is no run {run_ref!r}.")
     if len(matches) > 1:
@@ -27,7 +33,7 @@ def find_run(session: Session, run_ref: str) -> Run:
 
 
 def run_for(session: Session, principal: Principal, run_ref: str) -> Run:
-    run = find_run(session, run_ref)
+    run = find_run(session, run_ref, principal)
     principal.require(run.project)
     return run
 
@@ -35,9 +41,11 @@ def run_for(session: Session, principal: Principal, run_ref: str) -> Run:
 def pipeline_for(session: Session, principal: Principal, ref: str) -> Pipeline:
     pipeline = session.get(Pipeline, ref)
     if pipeline is None and len(ref) >= 3:
-        matches = session.scalars(
-            select(Pipeline).where(Pipeline.id.startswith(ref)).limit(3)
-        ).all()
+        # As for runs: a prefix matches the pipelines of the caller's projects only.
+        query = select(Pipeline).where(Pipeline.id.startswith(ref))
+        if principal.projects is not None:
+            query = query.where(Pipeline.project.in_(principal.projects))
+        matches = session.scalars(query.limit(3)).all()
         if len(matches) > 1:
             raise InvalidRequest(f"{ref!r} matches several pipelines; give more of the id.")
         pipeline = matches[0] if matches else None

@@ -1,4 +1,6 @@
-"""Pipelines: ordered train stages, each a run linked to the pipeline. A stage may name an
+"""Pipelines: ordered stages: train stages, each a run linked to the pipeline, and evaluate
+stages, each an evaluation of an earlier stage's adapter whose gate decides whether the stages
+after it start (`stage_evaluations`). A stage may name an
 earlier stage's output with ``@STAGE`` as its source adapter (a warm start from that stage's final
 adapter). The controller starts each stage when the one before it completes."""
 
@@ -7,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -18,11 +21,13 @@ from sqlalchemy.orm import Session
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, PlanRefused, Problem
 from akka_training.core.parsing import parse_plan, salvage
 from akka_training.core.phases import TERMINAL, Phase
-from akka_training.core.plans import RL_METHODS, PipelinePlan
+from akka_training.core.plans import RL_METHODS, EvaluateStage, PipelinePlan, TrainStage
 from akka_training.core.refs import stage_of, valid_name
+from akka_training.core.states import TaskState
 from akka_training.core.validation import Checked, validate
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
+from akka_training.server.services import evaluations, stage_evaluations
 from akka_training.server.services import runs as run_service
 from akka_training.server.services.lookups import pipeline_for
 from akka_training.server.services.plans import (
@@ -88,6 +93,8 @@ def check_stages(
     Raises `PlanRefused` with every problem of every stage."""
     problems: list[Problem] = []
     names = [s.name for s in plan.stages]
+    counts = Counter(names)
+    first = {name: i for i, name in reversed(list(enumerate(names)))}
     for i, name in enumerate(names):
         if not valid_name(name):
             problems.append(
@@ -96,7 +103,7 @@ def check_stages(
                     f"stages[{i}].name {name!r} is not a name; use lower-case letters, digits, '.', '_' and '-'.",
                 )
             )
-        if names.count(name) > 1 and names.index(name) == i:
+        if counts[name] > 1 and first[name] == i:
             problems.append(
                 Problem(
                     f"stages[{i}].name",
@@ -105,7 +112,13 @@ def check_stages(
             )
     out = []
     for i, stage in enumerate(plan.stages):
-        binding = StageBinding(earlier=names[:i], runs={})
+        if isinstance(stage, EvaluateStage):
+            checked_stage, more = stage_evaluations.check(session, ctx, principal, plan, i)
+            problems.extend(more)
+            out.append(checked_stage)
+            continue
+        trains = [s.name for s in plan.stages[:i] if isinstance(s, TrainStage)]
+        binding = StageBinding(earlier=trains, runs={})
         checked, pins = check_run(session, ctx, principal, stage.as_run_plan(plan.project), binding)
         for p in validate(checked):
             problems.append(Problem(f"stages[{i}].{p.field}", f"stage {stage.name}: {p.message}"))
@@ -113,7 +126,7 @@ def check_stages(
         from_stage = checked.dataset_from_stage
         if from_stage is not None:
             producer = next(s for s in plan.stages if s.name == from_stage)
-            if producer.config.method not in RL_METHODS:
+            if isinstance(producer, TrainStage) and producer.config.method not in RL_METHODS:
                 problems.append(
                     Problem(
                         f"stages[{i}].config.dataset",
@@ -153,7 +166,7 @@ def _every_problem(
     try:
         check_stages(session, ctx, principal, plan)
     except PlanRefused as more:
-        seen = {(p.field, p.message) for p in refused.problems}
+        seen = {(p.field, p.message) for p in refused.all_problems}
         extra = [
             p
             for p in more.problems
@@ -161,7 +174,7 @@ def _every_problem(
             and not any(p.field == f or p.field.startswith((f + ".", f + "[")) for f in removed)
         ]
         if extra:
-            return PlanRefused([*refused.problems, *extra], what="pipeline")
+            return PlanRefused([*refused.all_problems, *extra], what="pipeline")
     return refused
 
 
@@ -177,6 +190,10 @@ def advance(session: Session, ctx: AppContext, pipeline: Pipeline) -> None:
     plan = PipelinePlan.model_validate(pipeline.plan)
     done: dict[str, str] = {}
     for i, stage in enumerate(plan.stages):
+        if isinstance(stage, EvaluateStage):
+            if not _evaluate_stage(session, ctx, pipeline, plan, i, done):
+                return
+            continue
         run = latest_stage_run(session, pipeline.id, stage.name)
         if run is None:
             _start_stage(session, ctx, pipeline, plan, i, done)
@@ -191,6 +208,36 @@ def advance(session: Session, ctx: AppContext, pipeline: Pipeline) -> None:
     _end(session, pipeline, "COMPLETED", None)
 
 
+def _evaluate_stage(
+    session: Session,
+    ctx: AppContext,
+    pipeline: Pipeline,
+    plan: PipelinePlan,
+    index: int,
+    done: dict[str, str],
+) -> bool:
+    """Whether an evaluate stage is done and its gate passed; otherwise start its evaluation,
+    or end the pipeline when it failed, was cancelled or its gate did not pass."""
+    stage = plan.stages[index]
+    assert isinstance(stage, EvaluateStage)
+    task = stage_evaluations.latest(session, pipeline.id, stage.name)
+    if task is None:
+        reason = stage_evaluations.start(session, ctx, pipeline, plan, index, done)
+        if reason is not None:
+            _end(session, pipeline, "FAILED", reason)
+        return False
+    if task.state == TaskState.SUCCEEDED:
+        failure = stage_evaluations.gate_failure(stage, task)
+        if failure is None:
+            done[stage.name] = task.id
+            return True
+        _end(session, pipeline, "FAILED", failure)
+    elif task.state in (TaskState.FAILED, TaskState.CANCELLED):
+        state = "CANCELLED" if task.state == TaskState.CANCELLED else "FAILED"
+        _end(session, pipeline, state, f"stage {stage.name} (evaluation {task.id}) is {task.state}")
+    return False
+
+
 def _start_stage(
     session: Session,
     ctx: AppContext,
@@ -200,6 +247,7 @@ def _start_stage(
     done: dict[str, str],
 ) -> Run | None:
     stage = plan.stages[index]
+    assert isinstance(stage, TrainStage)
     run_plan = stage.as_run_plan(plan.project)
     producer = stage_of(run_plan.config.dataset)
     if producer is not None:
@@ -211,7 +259,8 @@ def _start_stage(
             _end(session, pipeline, "FAILED", f"stage {stage.name} could not start: {exc.message}")
             return None
         run_plan.config.dataset = ref
-    binding = StageBinding(earlier=[s.name for s in plan.stages[:index]], runs=done)
+    trains = [s.name for s in plan.stages[:index] if isinstance(s, TrainStage)]
+    binding = StageBinding(earlier=trains, runs=done)
     principal = Principal("controller", "controller", "admin", None)
     try:
         resolved = resolve_run(session, ctx, principal, run_plan, binding)
@@ -264,6 +313,10 @@ def cancel(session: Session, ctx: AppContext, principal: Principal, ref: str) ->
     for run in session.scalars(select(Run).where(Run.pipeline_id == pipeline.id)):
         if Phase(run.phase) not in TERMINAL:
             run_service.cancel(session, ctx, principal, run.id)
+    for stage in PipelinePlan.model_validate(pipeline.plan).stages:
+        task = stage_evaluations.latest(session, pipeline.id, stage.name)
+        if task is not None and task.state in (TaskState.PENDING, TaskState.RUNNING):
+            evaluations.cancel(session, principal, task.id)
     _end(session, pipeline, "CANCELLED", "cancelled by request")
     return pipeline_json(session, ctx, pipeline)
 
@@ -283,6 +336,19 @@ def resume(session: Session, ctx: AppContext, principal: Principal, ref: str) ->
     pipeline.ended_at = None
     done: dict[str, str] = {}
     for i, stage in enumerate(plan.stages):
+        if isinstance(stage, EvaluateStage):
+            task = stage_evaluations.latest(session, pipeline.id, stage.name)
+            if (
+                task is not None
+                and task.state == TaskState.SUCCEEDED
+                and stage_evaluations.gate_failure(stage, task) is None
+            ):
+                done[stage.name] = task.id
+                continue
+            reason = stage_evaluations.start(session, ctx, pipeline, plan, i, done)
+            if reason is not None:
+                raise Conflict(reason)
+            break
         run = latest_stage_run(session, pipeline.id, stage.name)
         if run is not None and run.phase == Phase.COMPLETED:
             done[stage.name] = run.id
@@ -332,6 +398,19 @@ def pipeline_json(session: Session, ctx: AppContext, pipeline: Pipeline) -> dict
     plan = PipelinePlan.model_validate(pipeline.plan)
     stages = []
     for stage in plan.stages:
+        if isinstance(stage, EvaluateStage):
+            task = stage_evaluations.latest(session, pipeline.id, stage.name)
+            stages.append(
+                {
+                    "name": stage.name,
+                    "type": stage.type,
+                    "method": "evaluate",
+                    "run": task.id if task else None,
+                    "phase": task.state if task else "WAITING",
+                    "progress": None,
+                }
+            )
+            continue
         run = latest_stage_run(session, pipeline.id, stage.name)
         stages.append(
             {

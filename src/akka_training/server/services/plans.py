@@ -8,6 +8,7 @@ source by run, snapshot and blob keys.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ def every_problem(
     if plan is None:
         return refused
     checked, _ = check_run(session, ctx, principal, plan, stages)
-    seen = {(p.field, p.message) for p in refused.problems}
+    seen = {(p.field, p.message) for p in refused.all_problems}
     more = [
         p
         for p in validate(checked)
@@ -86,7 +87,7 @@ def every_problem(
             for f in removed
         )
     ]
-    return PlanRefused([*refused.problems, *more]) if more else refused
+    return PlanRefused([*refused.all_problems, *more]) if more else refused
 
 
 def check_run(
@@ -100,26 +101,11 @@ def check_run(
     problems: list[Problem] = []
     pins: dict[str, object] = {}
     principal.require(plan.project)
-    if session.get(Project, plan.project) is None:
-        problems.append(
-            Problem(
-                "project",
-                f"There is no project {plan.project!r}; create it with "
-                f"`akka training projects create {plan.project}` or fix project.",
-            )
-        )
-    model = _model(ctx, plan.base_model, problems)
+    known_project(session, plan.project, problems)
+    model = catalog_model(ctx, plan.base_model, problems)
     pool_name = plan.execution.pool or ctx.default_pool
     pool = None
-    if pool_name not in ctx.pool_names:
-        problems.append(
-            Problem(
-                "execution.pool",
-                f"There is no pool {pool_name!r}; set execution.pool to one of: "
-                f"{', '.join(ctx.pool_names)}.",
-            )
-        )
-    else:
+    if known_pool(ctx, pool_name, problems):
         spec = ctx.pool(pool_name)
         seen = ctx.controller.observed() if ctx.controller is not None else None
         node = seen.get(spec.name) if seen else None
@@ -233,13 +219,7 @@ def build_settings(ctx: AppContext, checked: Checked, pins: dict[str, object]) -
         project=plan.project,
         method=plan.config.method,
         engine=engine_for(plan.config.method, checked.engine),  # type: ignore[arg-type]
-        base_model=BaseModelPin(
-            id=model.id,
-            path=model.path,
-            revision=model.revision,
-            modality=model.modality,
-            context_length=model.context_length,
-        ),
+        base_model=model_pin(model),
         dataset=dataset,
         eval_dataset=eval_pin if isinstance(eval_pin, DatasetPin) else None,
         source=source if isinstance(source, SourcePin) else None,
@@ -255,8 +235,7 @@ def _pin_bundles(
 ) -> dict[str, BundlePin]:
     """Pin the bundles of rule terms and tools, rewriting their references in `plan` to the
     pinned form (PROJECT/NAME@sha256:HASH)."""
-    pins: dict[str, BundlePin] = {}
-    users: list[tuple[str, object]] = []
+    users: list[tuple[str, Any]] = []
     if plan.config.reward is not None:
         users += [
             (f"config.reward.terms[{i}].bundle", t)
@@ -264,9 +243,33 @@ def _pin_bundles(
             if isinstance(t, RuleTerm)
         ]
     users += [(f"config.tools[{i}].bundle", t) for i, t in enumerate(plan.config.tools)]
+    return pin_bundles(session, principal, users, problems)
+
+
+def model_pin(model: CatalogModel) -> BaseModelPin:
+    """What a job needs of its catalog model, pinned in its settings."""
+    return BaseModelPin(
+        id=model.id,
+        path=model.path,
+        revision=model.revision,
+        modality=model.modality,
+        context_length=model.context_length,
+    )
+
+
+def pin_bundles(
+    session: Session,
+    principal: Principal,
+    users: Sequence[tuple[str, Any]],
+    problems: list[Problem],
+) -> dict[str, BundlePin]:
+    """Pin the bundle each (field, holder) names, rewriting the holder's ``bundle`` to the
+    pinned form (PROJECT/NAME@sha256:HASH); a bundle the caller cannot use is a problem of its
+    field. Run plans, regrade rewards and evaluation metrics pin the same way."""
+    pins: dict[str, BundlePin] = {}
     for field, holder in users:
         try:
-            row = resolve_bundle(session, holder.bundle)  # type: ignore[attr-defined]
+            row = resolve_bundle(session, holder.bundle)
             principal.require(row.project)
         except AkkaError as exc:
             problems.append(Problem(field, f"{field}: {exc.message}"))
@@ -275,11 +278,39 @@ def _pin_bundles(
         pins[pinned] = BundlePin(
             name=f"{row.project}/{row.name}", version=row.version, sha256=row.sha256, blob=row.blob
         )
-        holder.bundle = pinned  # type: ignore[attr-defined]
+        holder.bundle = pinned
     return pins
 
 
-def _model(ctx: AppContext, model_id: str, problems: list[Problem]) -> CatalogModel | None:
+def known_project(session: Session, project: str, problems: list[Problem]) -> None:
+    """A plan's project must exist."""
+    if session.get(Project, project) is None:
+        problems.append(
+            Problem(
+                "project",
+                f"There is no project {project!r}; create it with "
+                f"`akka training projects create {project}` or fix project.",
+            )
+        )
+
+
+def known_pool(ctx: AppContext, pool: str, problems: list[Problem]) -> bool:
+    """A plan's execution.pool must be one of the deployment's pools."""
+    if pool in ctx.pool_names:
+        return True
+    problems.append(
+        Problem(
+            "execution.pool",
+            f"There is no pool {pool!r}; set execution.pool to one of: "
+            f"{', '.join(ctx.pool_names)}.",
+        )
+    )
+    return False
+
+
+def catalog_model(ctx: AppContext, model_id: str, problems: list[Problem]) -> CatalogModel | None:
+    """The catalog's model `model_id`; a problem of `baseModel` when it is unknown or not
+    available."""
     for m in ctx.catalog:
         if m.id == model_id:
             if m.status != "available":
@@ -364,7 +395,7 @@ def _source(
 ) -> tuple[SourceInfo, SourcePin] | None:
     assert plan.source is not None
     try:
-        run = find_run(session, run_id)
+        run = find_run(session, run_id, principal)
         principal.require(run.project)
     except AkkaError as exc:
         problems.append(Problem("source.run", f"source.run: {exc.message}"))

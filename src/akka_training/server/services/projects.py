@@ -27,8 +27,7 @@ def create_project(
         raise InvalidRequest(
             f"{name!r} is not a project name; use lower-case letters, digits, '.', '_' and '-'."
         )
-    if quota is not None and quota < 0:
-        raise InvalidRequest("A quota is a number of devices, 0 or more.")
+    _check_quota(quota)
     if session.get(Project, name) is not None:
         raise Conflict(f"Project {name!r} already exists.")
     project = Project(name=name, quota=quota, description=description)
@@ -42,8 +41,14 @@ def set_quota(
 ) -> dict[str, Any]:
     principal.require_admin()
     project = get_project_row(session, name)
+    _check_quota(quota)
     project.quota = quota
     return project_json(session, project)
+
+
+def _check_quota(quota: int | None) -> None:
+    if quota is not None and quota < 0:
+        raise InvalidRequest("A quota is a number of devices, 0 or more.")
 
 
 def list_projects(session: Session, principal: Principal) -> list[dict[str, Any]]:

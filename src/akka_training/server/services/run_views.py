@@ -1,4 +1,5 @@
-"""A run as `runs get` shows it: State, Results, Data fit, Memory, Cost, Failure, Queue, Settings."""
+"""A run as `runs get` shows it: State, Results, Data fit, Memory, Cost, Health, Failure, Queue,
+Settings."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from sqlalchemy import desc, func, select
 from sqlalchemy.orm import Session
 
 from akka_training.core.failures import FailureReason, failure_text
+from akka_training.core.monitors import verdicts
 from akka_training.core.phases import TERMINAL, Phase
+from akka_training.core.plans import Monitors
 from akka_training.core.states import ClaimState
 from akka_training.deployment.context import AppContext
 from akka_training.server.services.projects import held_devices
@@ -74,7 +77,48 @@ def run_json(session: Session, ctx: AppContext, run: Run, brief: bool = False) -
             "settings": run.settings,
         }
     )
+    health = _health(run)
+    if health is not None:  # an optional key (api.runs.RunRecord): absent when there is none
+        body["health"] = health
     return body
+
+
+def _health(run: Run) -> dict[str, Any] | None:
+    """The latest step's monitor figures against their thresholds, and the pause a monitor
+    caused (while the run is paused by it, and after, as the last one)."""
+    summary = run.summary or {}
+    latest = summary.get("health")
+    pause = summary.get("monitorPause")
+    if latest is None and pause is None:
+        return None
+    monitors = _monitors(run.settings)
+    figures = dict((latest or {}).get("figures") or {})
+    rows = [
+        {
+            "monitor": v.spec.name,
+            "figure": v.spec.figure,
+            "value": v.value,
+            "threshold": v.threshold,
+            "direction": v.spec.direction,
+            "crossed": v.crossed,
+            "pausesRun": v.spec.name in monitors.pause_on,
+        }
+        for v in verdicts(figures, monitors)
+    ]
+    return {
+        "step": (latest or {}).get("step"),
+        "monitors": rows,
+        "figures": figures,
+        "pause": pause,
+    }
+
+
+def _monitors(settings: dict[str, Any] | None) -> Monitors:
+    raw = ((settings or {}).get("config") or {}).get("monitors")
+    try:
+        return Monitors.model_validate(raw) if raw else Monitors()
+    except ValueError:
+        return Monitors()  # settings of an older or newer service: the defaults
 
 
 def _failure(run: Run) -> dict[str, Any] | None:
@@ -128,8 +172,12 @@ def _queue(session: Session, ctx: AppContext, run: Run) -> dict[str, Any] | None
         .where(Claim.run_id == run.id, Claim.state == ClaimState.QUEUED)
         .order_by(desc(Claim.id))
     )
-    if claim is None:
-        return None
+    return claim_queue(session, ctx, claim) if claim is not None else None
+
+
+def claim_queue(session: Session, ctx: AppContext, claim: Claim) -> dict[str, Any]:
+    """Where a QUEUED claim (a run's or an evaluation's) stands in its pool, and what it waits
+    for: its project's quota, claims ahead of it, free devices."""
     ahead = session.scalar(
         select(func.count()).where(
             Claim.pool == claim.pool, Claim.state == ClaimState.QUEUED, Claim.id < claim.id
@@ -142,12 +190,12 @@ def _queue(session: Session, ctx: AppContext, run: Run) -> dict[str, Any] | None
     )
     pool = ctx.pool(claim.pool)
     free = max(0, pool.declared - int(granted or 0))
-    project = session.get(Project, run.project)
-    held, _ = held_devices(session, run.project)
+    project = session.get(Project, claim.project)
+    held, _ = held_devices(session, claim.project)
     waiting = []
     if project is not None and project.quota is not None and held + claim.devices > project.quota:
         waiting.append(
-            f"quota: project {run.project} holds {held} of its {project.quota} device(s)"
+            f"quota: project {claim.project} holds {held} of its {project.quota} device(s)"
         )
     if int(ahead or 0) > 0:
         waiting.append(f"{ahead} claim(s) ahead in pool {claim.pool}")

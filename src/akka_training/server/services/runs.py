@@ -69,12 +69,15 @@ def start(
     resolved = resolve_run(session, ctx, principal, plan)
     if dry_run:
         return {"dryRun": True, "settings": resolved.settings.to_json()}
-    run = create_run(session, plan, resolved, document)
-    if ctx.telemetry is not None:
-        with ctx.telemetry.span("run.submit", run) as traceparent:
-            run.traceparent = traceparent
     try:
-        session.flush()
+        # The run's row is flushed before its claim: on Postgres a submission racing another
+        # with the same submissionId fails there (once the other commits), on SQLite at its
+        # turn to write, and either way here rather than at the commit only.
+        run = create_run(session, plan, resolved, document)
+        if ctx.telemetry is not None:
+            with ctx.telemetry.span("run.submit", run) as traceparent:
+                run.traceparent = traceparent
+        session.commit()
     except IntegrityError:
         # Two submissions with the same submissionId raced; the other one won.
         session.rollback()
@@ -82,6 +85,14 @@ def start(
         if existing is None:
             raise
         return {**run_json(session, ctx, existing), "existing": True}
+    return run_json(session, ctx, run)
+
+
+def _committed(session: Session, ctx: AppContext, run: Run) -> dict[str, Any]:
+    """Commit the change, then build the answer. On SQLite a writer holds the database's one write
+    turn from its first write until its commit; the answer's reads (cost, queue, settings) happen
+    after it, so a burst of writers waits for each other's writes only, not for their answers."""
+    session.commit()
     return run_json(session, ctx, run)
 
 
@@ -167,7 +178,7 @@ def cancel(session: Session, ctx: AppContext, principal: Principal, run_ref: str
         # The controller stops the job and ends the run once the job is gone.
         run.requested = Request.CANCEL
         event(session, run.id, "request", "cancel requested")
-    return run_json(session, ctx, run)
+    return _committed(session, ctx, run)
 
 
 def pause(
@@ -184,10 +195,10 @@ def pause(
     if phase == Phase.QUEUED:
         move(session, run, RuleName.PAUSE_WHILE_QUEUED)
         release_claim(session, run, current_claim(session, run.id))
-        return run_json(session, ctx, run)
+        return _committed(session, ctx, run)
     move(session, run, RuleName.REQUEST_PAUSE)
     run.requested = Request.pause(checkpoint)
-    return run_json(session, ctx, run)
+    return _committed(session, ctx, run)
 
 
 def resume(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> dict[str, Any]:
@@ -196,7 +207,7 @@ def resume(session: Session, ctx: AppContext, principal: Principal, run_ref: str
         raise Conflict(f"Run {run.id} is {run.phase}; only a PAUSED run resumes.")
     move(session, run, RuleName.RESUME)
     open_claim(session, run)
-    return run_json(session, ctx, run)
+    return _committed(session, ctx, run)
 
 
 def derive(

@@ -24,6 +24,8 @@ from akka_training.core.tasks import (
 from akka_training.server.auth import Principal
 from akka_training.storage.ids import new_id
 from akka_training.storage.models import Task
+from akka_training.storage.tokens import revoke_task_tokens
+from akka_training.storage.transitions import release_task_claim
 
 CANCEL = "cancel"
 
@@ -92,7 +94,9 @@ def cancel(session: Session, principal: Principal, task_id: str) -> dict[str, An
     if task.state in TERMINAL_TASK_STATES:
         raise Conflict(f"Task {task.id} is already {task.state}.")
     if task.state == TaskState.PENDING and task.handle is None:
-        _end(task, TaskState.CANCELLED)
+        _end(session, task, TaskState.CANCELLED)
+        # No job ever ran: its claim (an evaluation's devices) goes back at once.
+        release_task_claim(session, task.id, task.ended_at)
     else:
         # The controller stops the job and ends the task once the job is gone.
         task.requested = CANCEL
@@ -134,12 +138,12 @@ def report(
     elif isinstance(parsed, TaskFinishedReport):
         task.result = parsed.result
         task.reported = True
-        _end(task, TaskState.SUCCEEDED, now)
+        _end(session, task, TaskState.SUCCEEDED, now)
     elif isinstance(parsed, TaskFailedReport):
         task.failure = parsed.message
         task.last_error = parsed.detail
         task.reported = True
-        _end(task, TaskState.FAILED, now)
+        _end(session, task, TaskState.FAILED, now)
     return {"action": "stop" if task.requested == CANCEL else "continue"}
 
 
@@ -162,7 +166,9 @@ def task_json(task: Task) -> dict[str, Any]:
     }
 
 
-def _end(task: Task, state: TaskState, now: datetime | None = None) -> None:
+def _end(session: Session, task: Task, state: TaskState, now: datetime | None = None) -> None:
+    """The task ends, and so does its token: a late report is told to stop."""
     task.state = state
     task.ended_at = now or datetime.now(UTC)
     task.requested = None
+    revoke_task_tokens(session, task.id, task.ended_at)

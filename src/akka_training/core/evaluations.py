@@ -1,0 +1,254 @@
+"""Evaluations: an adapter (or a base model alone) scored on a held-out dataset.
+
+An evaluation plan (`kind: evaluation`) names a base model, an optional source (a run's final
+adapter or one of its snapshots), a dataset of chat or prompt rows with expected answers, how
+to generate (`generation`) and what to measure (`metrics`): the reward terms of reinforcement
+learning (match, regex, length, judge, http, rule), `loss` (the mean token loss of the
+expected answers) and `pass@k` over a term when more than one sample is drawn per prompt.
+
+It runs as a task of kind `evaluate` (`core.tasks`); its job keeps every scored sample in the
+blob store and reports each metric with a 95% confidence interval (`interval`). Comparing two
+evaluations (`compare`) says whether a difference is beyond that noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from akka_training.core import limits
+from akka_training.core.bounds import Int, ModelName, Name, Number, Reference
+from akka_training.core.errors import PlanRefused, Problem
+from akka_training.core.parsing import parse_model
+from akka_training.core.plans import (
+    HttpTerm,
+    JudgeTerm,
+    LengthTerm,
+    MatchTerm,
+    PlanModel,
+    RegexTerm,
+    RuleTerm,
+)
+from akka_training.core.resolved import BaseModelPin, BundlePin
+
+EVALUATE = "evaluate"
+REWARD_KINDS = ("match", "regex", "length", "judge", "http", "rule")
+METRIC_KINDS = (*REWARD_KINDS, "loss", "pass@k")
+# The z of a two-sided 95% interval.
+Z95 = 1.96
+
+
+class LossMetric(PlanModel):
+    """The mean token loss (cross-entropy, nats) of each row's expected answer given its
+    prompt, under the evaluated model."""
+
+    kind: Literal["loss"]
+    name: Name = Field("loss", min_length=1)
+
+
+class PassAtKMetric(PlanModel):
+    """The chance that at least one of `k` samples of a prompt passes `term` (its value at
+    least `threshold`), estimated without bias from `samplesPerPrompt` samples."""
+
+    kind: Literal["pass@k"]
+    name: Name = Field("pass@k", min_length=1)
+    term: Name
+    k: Int | None = Field(None, ge=1, le=64)  # samplesPerPrompt when unset
+    threshold: Number = 1.0
+
+
+Metric = Annotated[
+    MatchTerm
+    | RegexTerm
+    | LengthTerm
+    | RuleTerm
+    | JudgeTerm
+    | HttpTerm
+    | LossMetric
+    | PassAtKMetric,
+    Field(discriminator="kind"),
+]
+
+
+class EvaluationSource(PlanModel):
+    """The run whose adapter is evaluated: its final adapter, or one snapshot's weights."""
+
+    run: Reference
+    snapshot: Name | None = None
+
+
+class Generation(PlanModel):
+    max_completion_tokens: Int = Field(64, ge=1, le=32768)
+    # 0 decodes greedily.
+    temperature: Number = Field(0.0, ge=0, le=10)
+    samples_per_prompt: Int = Field(1, ge=1, le=64)
+
+
+class EvaluationExecution(PlanModel):
+    """Where the evaluation's job runs: `gpus` devices of `pool`, claimed like a run's (the
+    evaluation waits QUEUED while the pool has too few free)."""
+
+    pool: Name | None = None
+    gpus: Int = Field(1, ge=1, le=64)
+
+
+class EvaluationPlan(PlanModel):
+    kind: Literal["evaluation"] = "evaluation"
+    project: Name
+    name: ModelName | None = None
+    base_model: ModelName
+    source: EvaluationSource | None = None
+    dataset: Reference
+    generation: Generation = Field(default_factory=Generation)
+    metrics: list[Metric] = Field(min_length=1, max_length=limits.MAX_REWARD_TERMS)
+    execution: EvaluationExecution = Field(default_factory=EvaluationExecution)
+    seed: Int = Field(42, ge=0, le=limits.SEED_MAX)
+
+
+class EvaluateParams(PlanModel):
+    """What an evaluation's job receives (`TaskSpec.params`), and what the service shows of
+    its plan."""
+
+    name: str | None = None
+    source: EvaluationSource | None = None
+    dataset_ref: str  # PROJECT/NAME:vN, as resolved
+    base_model: BaseModelPin
+    adapter: str | None  # blob key of the PEFT adapter directory; None evaluates the base model
+    tokenizer: str | None  # blob prefix of the source run's tokenizer files, if any
+    dataset: str  # blob key of the dataset's JSONL
+    generation: Generation
+    metrics: list[Metric]
+    bundles: dict[str, BundlePin] = Field(default_factory=dict)
+    samples: str  # blob key the scored samples are written to (JSONL)
+    seed: int = 42
+    gpus: int = 1  # the devices its claim holds
+
+
+class MetricValue(PlanModel):
+    """One metric over the evaluated set: its mean, the 95% interval around it and the
+    standard error the interval came from, over `count` values (samples, or prompts for loss
+    and pass@k)."""
+
+    name: str
+    kind: str
+    mean: float
+    low: float
+    high: float
+    stderr: float
+    count: int
+
+
+class EvaluationResult(PlanModel):
+    metrics: list[MetricValue]
+    samples: str
+    sample_count: int
+    prompts: int
+
+
+def parse_evaluation(data: dict[str, Any]) -> EvaluationPlan:
+    """The plan, or `PlanRefused` with every problem; an unknown metric is named as such."""
+    problems: list[Problem] = []
+    metrics = data.get("metrics")
+    if isinstance(metrics, list):
+        for i, metric in enumerate(metrics):
+            kind = metric.get("kind") if isinstance(metric, dict) else None
+            if kind not in METRIC_KINDS:
+                problems.append(
+                    Problem(
+                        f"metrics[{i}].kind",
+                        f"metrics[{i}]: there is no metric {kind!r}; set kind to one of: "
+                        f"{', '.join(METRIC_KINDS)}.",
+                    )
+                )
+    if problems:
+        raise PlanRefused(problems)
+    plan = parse_model(EvaluationPlan, data)
+    problems = metric_problems(plan)
+    if problems:
+        raise PlanRefused(problems)
+    return plan
+
+
+def metric_problems(plan: EvaluationPlan) -> list[Problem]:
+    """The rules between metrics and generation."""
+    problems: list[Problem] = []
+    names = [m.name for m in plan.metrics]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            problems.append(
+                Problem(f"metrics[{i}].name", f"Two metrics are named {name!r}; rename one.")
+            )
+    terms = {m.name for m in plan.metrics if m.kind in REWARD_KINDS}
+    samples = plan.generation.samples_per_prompt
+    for i, m in enumerate(plan.metrics):
+        if not isinstance(m, PassAtKMetric):
+            continue
+        if samples < 2:
+            problems.append(
+                Problem(
+                    f"metrics[{i}]",
+                    f"pass@k needs more than one sample of each prompt; set "
+                    f"generation.samplesPerPrompt above 1 (it is {samples}).",
+                )
+            )
+        if m.term not in terms:
+            known = ", ".join(sorted(terms)) or "none"
+            problems.append(
+                Problem(
+                    f"metrics[{i}].term",
+                    f"metrics[{i}].term {m.term!r} names no reward term of this evaluation "
+                    f"(its terms: {known}).",
+                )
+            )
+        if m.k is not None and m.k > samples:
+            problems.append(
+                Problem(
+                    f"metrics[{i}].k",
+                    f"metrics[{i}].k is {m.k}, more than generation.samplesPerPrompt "
+                    f"({samples}); lower k or draw more samples.",
+                )
+            )
+    return problems
+
+
+# --- statistics ---------------------------------------------------------------------------------
+
+
+def interval(values: Sequence[float]) -> tuple[float, float, float, float]:
+    """(mean, low, high, stderr) of a 95% interval around the mean of `values`. Values that are
+    all 0 or 1 take Wilson's interval (it stays inside [0, 1] and is not empty at 0 or 1 of
+    few); others the normal interval from the sample standard deviation."""
+    n = len(values)
+    if n == 0:
+        return (0.0, 0.0, 0.0, 0.0)
+    mean = sum(values) / n
+    if all(v in (0.0, 1.0) for v in values):
+        stderr = math.sqrt(mean * (1 - mean) / n)
+        centre = (mean + Z95**2 / (2 * n)) / (1 + Z95**2 / n)
+        half = Z95 * math.sqrt(mean * (1 - mean) / n + Z95**2 / (4 * n * n)) / (1 + Z95**2 / n)
+        return (mean, max(0.0, centre - half), min(1.0, centre + half), stderr)
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    stderr = math.sqrt(variance / n)
+    return (mean, mean - Z95 * stderr, mean + Z95 * stderr, stderr)
+
+
+def pass_at_k(samples: int, passed: int, k: int) -> float:
+    """The unbiased estimate of pass@k from `samples` draws of which `passed` passed:
+    1 - C(n - c, k) / C(n, k)."""
+    if samples - passed < k:
+        return 1.0
+    return 1.0 - math.comb(samples - passed, k) / math.comb(samples, k)
+
+
+def beyond_noise(mean_a: float, stderr_a: float, mean_b: float, stderr_b: float) -> bool:
+    """Whether b - a lies outside the 95% interval of a difference of two independent means.
+    A difference with no spread on either side (every value the same) is beyond noise when it
+    is not zero."""
+    spread = math.sqrt(stderr_a**2 + stderr_b**2)
+    difference = mean_b - mean_a
+    if spread == 0:
+        return difference != 0
+    return abs(difference) > Z95 * spread

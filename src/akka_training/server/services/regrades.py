@@ -1,0 +1,120 @@
+"""Regrades: a run's kept rollouts scored again with another reward definition. The service
+checks the request (the run, its steps with rollouts, the reward, its bundles pinned) and
+submits a regrade task (`core.tasks.REGRADE`); the scoring runs on the cluster, never here.
+The run itself is only read."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from akka_training.core.errors import Conflict, InvalidRequest, PlanRefused, Problem
+from akka_training.core.parsing import problems_of
+from akka_training.core.plans import RL_METHODS, Reward, RuleTerm
+from akka_training.core.resolved import BundlePin
+from akka_training.core.tasks import REGRADE, RegradeParams, RegradeSource
+from akka_training.server.auth import Principal
+from akka_training.server.services import tasks
+from akka_training.server.services.lookups import run_for
+from akka_training.server.services.plans import pin_bundles
+from akka_training.server.services.rollouts import _ranges
+from akka_training.storage.models import RolloutStep
+
+
+def start(
+    session: Session,
+    principal: Principal,
+    run_ref: str,
+    reward_document: dict[str, Any],
+    from_step: int | None,
+    to_step: int | None,
+) -> dict[str, Any]:
+    """Submit a regrade of the run's kept rollouts (steps `from_step` to `to_step`, both
+    included; all when None); the task."""
+    run = run_for(session, principal, run_ref)
+    if from_step is not None and to_step is not None and from_step > to_step:
+        raise InvalidRequest(
+            f"The steps {from_step}-{to_step} are no range: give the first step first "
+            f"(--steps {to_step}-{from_step})."
+        )
+    rows = session.scalars(
+        select(RolloutStep).where(RolloutStep.run_id == run.id).order_by(RolloutStep.step)
+    ).all()
+    if not rows:
+        if run.method not in RL_METHODS:
+            raise Conflict(
+                f"Run {run.id} is a {run.method} run: it kept no rollouts to regrade (only grpo "
+                "and gspo runs keep them)."
+            )
+        raise Conflict(
+            f"Run {run.id} has kept no rollouts yet, so there is nothing to regrade: wait for "
+            "its first step, or regrade another run."
+        )
+    picked = [
+        r
+        for r in rows
+        if (from_step is None or r.step >= from_step) and (to_step is None or r.step <= to_step)
+    ]
+    if not picked:
+        asked = (
+            f"{from_step if from_step is not None else ''}-{to_step if to_step is not None else ''}"
+        )
+        raise InvalidRequest(
+            f"Run {run.id} kept no rollouts in steps {asked}; steps with rollouts: "
+            f"{_ranges([r.step for r in rows])}."
+        )
+    reward, bundles = _reward(session, principal, reward_document)
+    params = RegradeParams(
+        reward=reward,
+        bundles=bundles,
+        steps=[RegradeSource(step=r.step, blob=r.blob) for r in picked],
+    )
+    task = tasks.submit(
+        session,
+        kind=REGRADE,
+        project=run.project,
+        pool=run.pool,
+        params=params.to_json(),
+        run_id=run.id,
+    )
+    return tasks.task_json(task)
+
+
+def _reward(
+    session: Session, principal: Principal, document: dict[str, Any]
+) -> tuple[Reward, dict[str, BundlePin]]:
+    """The reward, with every problem at once; its rule terms' bundles pinned."""
+    try:
+        reward = Reward.model_validate(document)
+    except ValidationError as exc:
+        raise PlanRefused(problems_of(exc, Reward), what="reward") from exc
+    problems: list[Problem] = []
+    if not reward.terms:
+        problems.append(
+            Problem(
+                "terms",
+                "The reward has no terms: add at least one under terms (for example "
+                "{name: correct, kind: match, mode: exact}).",
+            )
+        )
+    counts = Counter(t.name for t in reward.terms)
+    twice = sorted(n for n, c in counts.items() if c > 1)
+    if twice:
+        problems.append(
+            Problem(
+                "terms", f"Term names must be unique; {', '.join(twice)} appear more than once."
+            )
+        )
+    users = [
+        (f"terms[{i}].bundle", term)
+        for i, term in enumerate(reward.terms)
+        if isinstance(term, RuleTerm)
+    ]
+    pins = pin_bundles(session, principal, users, problems)
+    if problems:
+        raise PlanRefused(problems, what="reward")
+    return reward, pins
