@@ -425,7 +425,9 @@ def test_a_stopped_run_keeps_only_its_latest_stored_checkpoint_on_the_node(
     service.decide = lambda kind, body: (
         "stop" if kind == "snapshots" and body["step"] >= 3 else "continue"
     )
-    code, _ = job(save_every=1, step_seconds="0.3", rl={"training": {"maxSteps": 20}})
+    # Steps to spare: each snapshot's export takes seconds on a loaded machine, and verl goes
+    # on meanwhile; it must still be training when the third snapshot's answer stops it.
+    code, _ = job(save_every=1, step_seconds="0.3", rl={"training": {"maxSteps": 60}})
     assert code == 0 and service.kinds()[-1] == "stopped"
     stored = max(s["step"] for s in service.of("snapshots"))
     kept = sorted(
