@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from akka_training.blobstore import LocalBlobStore
+from akka_training.core.reports import strongest, unbatched
 from akka_training.devmodels.build import build_dev_models
 
 # Decides the action answering a report: (kind, body, reports so far) -> action.
@@ -34,6 +35,8 @@ class ReportServer:
 
     url: str = ""
     reports: list[Report] = field(default_factory=list)
+    # The kind of each request, as it came (a ``step-batch`` request holds several steps).
+    requests: list[str] = field(default_factory=list)
     script: Script = lambda kind, body, reports: "continue"
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -62,10 +65,14 @@ def report_server() -> Iterator[ReportServer]:
             body = json.loads(self.rfile.read(length) or b"{}")
             kind = self.path.rstrip("/").split("/")[-1]
             token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            actions = []
             with server_state.lock:
-                server_state.reports.append(Report(kind, body, token))
-                action = server_state.script(kind, body, list(server_state.reports))
-            payload = json.dumps({"action": action}).encode()
+                server_state.requests.append(kind)
+                # A step-batch report is recorded as the step reports it holds, in order.
+                for one_kind, one in unbatched(kind, body):
+                    server_state.reports.append(Report(one_kind, one, token))
+                    actions.append(server_state.script(one_kind, one, list(server_state.reports)))
+            payload = json.dumps({"action": strongest(actions)}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))

@@ -107,7 +107,13 @@ def make_spec(
 def run_in_process(spec: JobSpec, workdir: Path) -> int:
     """Run a job in this process, as the entry point does (same reporter, same flow)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    reporter = HttpReporter(spec.trainer_url, spec.run_id, spec.attempt, TOKEN)
+    reporter = HttpReporter(
+        spec.trainer_url,
+        spec.run_id,
+        spec.attempt,
+        TOKEN,
+        report_seconds=spec.telemetry.report_seconds,
+    )
     previous = Path.cwd()
     os.chdir(workdir)
     try:

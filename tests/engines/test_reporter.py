@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -82,3 +83,93 @@ def test_a_step_that_ends_before_its_question_was_sent_asks_at_its_end(
         assert len(report_server.of("heartbeat")) == 1  # the look-ahead was called off
     finally:
         reporter.close()
+
+
+def _sent(report_server: ReportServer) -> list[str]:
+    """The step requests as they came: ``steps`` (one step) or ``step-batch`` (several)."""
+    with report_server.lock:
+        return [k for k in report_server.requests if k in ("steps", "step-batch")]
+
+
+def test_short_steps_go_in_few_requests_every_step_once_in_order_with_its_age(
+    report_server: ReportServer,
+) -> None:
+    reporter = HttpReporter(
+        report_server.url, "run-1", 1, "token", heartbeat_seconds=60, report_seconds=0.5
+    )
+    try:
+        for step in range(1, 21):  # a step every 0.05 s for a second
+            reporter.report_step(StepReport(step=step, total_steps=20, metrics={"loss": 1.0}))
+            time.sleep(0.05)
+        reporter.flush(timeout=10)
+    finally:
+        reporter.close()
+    steps = report_server.of("steps")
+    assert [s["step"] for s in steps] == list(range(1, 21))
+    # The first step goes at once, the next ones at most every half second, as one request.
+    sent = _sent(report_server)
+    assert sent[0] == "steps" and "step-batch" in sent and len(sent) <= 5, sent
+    # Each step says how long it waited: within a request the earlier steps waited longer.
+    ages = [s["ago"] for s in steps]
+    assert all(0 <= age < 1.0 for age in ages), ages
+    assert ages[0] < 0.1
+    assert ages[1] > ages[2] > ages[3], ages
+
+
+def test_steps_longer_than_the_interval_each_go_on_their_own_at_once(
+    report_server: ReportServer,
+) -> None:
+    reporter = HttpReporter(
+        report_server.url, "run-1", 1, "token", heartbeat_seconds=60, report_seconds=0.1
+    )
+    try:
+        for step in range(1, 5):
+            reporter.report_step(StepReport(step=step, total_steps=4, metrics={}))
+            deadline = time.monotonic() + 5
+            while len(report_server.of("steps")) < step and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert len(report_server.of("steps")) == step  # there before the next step ends
+            time.sleep(0.5)
+    finally:
+        reporter.close()
+    assert _sent(report_server) == ["steps"] * 4
+
+
+def test_a_job_of_short_steps_asks_about_once_an_interval_and_obeys_a_pause_within_it(
+    report_server: ReportServer,
+) -> None:
+    paused = threading.Event()
+    report_server.script = lambda kind, body, reports: (
+        "save-and-stop" if paused.is_set() else "continue"
+    )
+    reporter = HttpReporter(
+        report_server.url, "run-1", 1, "token", heartbeat_seconds=60, report_seconds=0.3
+    )
+    asked_at = obeyed_at = None
+    step = 0
+    try:
+        expected = None
+        while step < 500:  # a step of 0.02 s, as a training loop runs them
+            step += 1
+            began = time.monotonic()
+            reporter.step_began(expected)
+            time.sleep(0.02)
+            reporter.step_ended()
+            expected = time.monotonic() - began
+            reporter.report_step(StepReport(step=step, total_steps=500, metrics={}))
+            if reporter.action == "save-and-stop":
+                obeyed_at = time.monotonic()
+                break
+            if step == 40:
+                paused.set()
+                asked_at = time.monotonic()
+        reporter.flush(timeout=10)
+    finally:
+        reporter.close()
+    assert asked_at is not None and obeyed_at is not None, "the pause was never obeyed"
+    # Obeyed at the end of the step in progress once an answer came: about 0.3 s after.
+    assert obeyed_at - asked_at < 2.0
+    with report_server.lock:
+        requests = len(report_server.requests)
+    assert requests < step / 3, (requests, step)  # not a question and a report every step
+    assert [s["step"] for s in report_server.of("steps")] == list(range(1, step + 1))

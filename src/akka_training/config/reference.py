@@ -101,6 +101,7 @@ MEANINGS: dict[str, str] = {
     "trainer.controller.retry-base-seconds": "The first back-off between start retries, and between the attempts of a job that dies without a report (it doubles).",
     "trainer.controller.job-retries": "How often in a row a job that dies without a report (killed, crashed; not out of memory) is run again from the run's last snapshot before the run fails with the cause.",
     "trainer.controller.stall-seconds": "A run whose completed-step count stops rising this long while its job lives is stalled (the job dumps its stacks).",
+    "trainer.controller.report-seconds": "A job sends its step reports at most this often, the steps that ended meanwhile in one report, and asks for the service's directive about as often: a pause or cancel reaches a job whose steps are shorter within about this long, at the end of the step then in progress. Longer steps report and ask each step. `0`: every step on its own.",
     "trainer.controller.unreachable-seconds": "How long the cluster may stay unreachable while a run waits before it fails with `cluster-unreachable`.",
     "trainer.bootstrap.admin-token": "The first admin token, given (32 characters or more): registered when the database does not hold it, never written to the home. Unset (and no file): a first start mints one into `<home>/admin-token`; a start whose database already holds an admin token mints none.",
     "trainer.bootstrap.admin-token-file": "A file holding the first admin token (a mounted Secret), instead of `admin-token`.",

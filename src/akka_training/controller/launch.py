@@ -60,6 +60,7 @@ def prepare_launch(
                 collector_endpoint=settings.trainer.telemetry.collector_endpoint,
                 traceparent=traceparent or run.traceparent,
                 stall_seconds=settings.trainer.controller.stall_seconds,
+                report_seconds=settings.trainer.controller.report_seconds,
                 mlflow_uri=settings.trainer.tracking.mlflow_uri,
             ),
         )

@@ -17,6 +17,22 @@ from akka_training.core.plans import PlanModel
 
 Action = Literal["continue", "save-and-stop", "stop"]
 
+# A stop outranks a save-and-stop, which outranks continue.
+ACTION_RANK: dict[str, int] = {"continue": 0, "save-and-stop": 1, "stop": 2}
+
+
+def strongest(actions: list[str]) -> str:
+    """The directive that outranks the others (``continue`` for none)."""
+    return max(actions, key=ACTION_RANK.__getitem__, default="continue")
+
+
+def unbatched(kind: str, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A report as the reports it holds: a ``step-batch`` as its ``steps`` reports, in order;
+    any other report as itself."""
+    if kind == "step-batch":
+        return [("steps", step) for step in body.get("steps", [])]
+    return [(kind, body)]
+
 
 class Gpu(PlanModel):
     index: int
@@ -56,12 +72,31 @@ class MonitorPause(PlanModel):
     reason: str  # the sentence `runs get` shows
 
 
+# The oldest a step report may say its step is (`StepReport.ago`): a day.
+MAX_REPORT_AGE_S = 86_400.0
+
+
 class StepReport(PlanModel):
     step: int = Field(ge=1)
     total_steps: int | None = None
     # Flat figures by name (loss, reward, learning_rate, tokens, timing/..., memory/...).
     metrics: dict[str, float] = Field(default_factory=dict)
     pause: MonitorPause | None = None
+    # Seconds from the step's end to the sending of its report (set by the job's reporter):
+    # a step that waited to go with others, or for the service, is recorded at its own time.
+    ago: float | None = Field(None, ge=0, le=MAX_REPORT_AGE_S)
+
+
+# The most step reports one ``step-batch`` report holds (a job sends more as several).
+STEP_BATCH_LIMIT = 1000
+
+
+class StepBatchReport(PlanModel):
+    """Step reports that queued while the job waited to send (`HttpReporter` sends step
+    reports at most about twice a second): the service takes them in order, as if each had
+    come on its own, and answers once."""
+
+    steps: list[StepReport] = Field(min_length=1, max_length=STEP_BATCH_LIMIT)
 
 
 class SnapshotReport(PlanModel):

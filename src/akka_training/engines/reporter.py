@@ -5,14 +5,26 @@ the network. When the service does not answer (it is restarting), reports wait i
 are retried with back-off for up to `patience` seconds; the job keeps training meanwhile. The
 final report (finished, stopped, failed) is sent synchronously after the queue has drained.
 
-Each answer carries a directive (`core.reports.Action`); `action` holds the latest one, which the training loop reads
-after every optimizer step.
+Step reports go at most once every `report_seconds` (``trainer.controller.report-seconds``,
+half a second by default): a step report that comes sooner after the last one sent waits, and
+the step reports that queued meanwhile go as one ``step-batch`` report, before any report of
+another kind, so the service takes every step once and in order. Each carries its age
+(`StepReport.ago`), so the service records the step at the time it ended. When steps take
+longer than that, each step report goes at once, on its own.
+
+Each answer carries a directive (`core.reports.Action`); `action` holds the latest one, which the
+training loop reads after every optimizer step.
 
 The directive a step's end obeys was asked for during that step: `step_began` has a thread of
 the reporter ask for it shortly before the step is expected to end (the previous step's
 length, less twice the last answer's round trip), so `step_ended` finds the answer waiting
 and the training thread does not wait for the network. When the step ended before that
-question was sent, `step_ended` asks at once, as every step did before.
+question was sent, `step_ended` asks at once. A step shorter than `report_seconds` takes any
+answer to a request sent within its last `report_seconds` as the directive, and its look-ahead
+asks only when there is none; the step reports waiting to go are then the question (they go
+at once), so a job whose steps are short sends about one request every `report_seconds`
+rather than two at every step. A pause reaches such a job at most about `report_seconds`
+after it was asked, and is obeyed at the end of the step then in progress.
 """
 
 from __future__ import annotations
@@ -27,6 +39,8 @@ from typing import Any
 import httpx
 
 from akka_training.core.reports import (
+    ACTION_RANK,
+    STEP_BATCH_LIMIT,
     Action,
     FailedReport,
     FinishedReport,
@@ -41,6 +55,9 @@ from akka_training.core.reports import (
 )
 
 log = logging.getLogger(__name__)
+
+# A report waiting to be sent: its kind, its body, and when it was queued.
+_Queued = tuple[str, dict[str, Any], float]
 
 
 class StaleAttempt(Exception):
@@ -93,13 +110,16 @@ class HttpReporter:
         *,
         patience: float = 900.0,
         heartbeat_seconds: float = 5.0,
+        report_seconds: float = 0.5,
     ) -> None:
         self._base = f"{trainer_url.rstrip('/')}/v1/jobs/{run_id}/attempts/{attempt}"
         self._client = httpx.Client(
             headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(30.0)
         )
         self._patience = patience
-        self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue()
+        self._coalesce = report_seconds
+        # None ends the sending thread.
+        self._queue: queue.Queue[_Queued | None] = queue.Queue()
         self._lock = threading.Lock()
         self.action: Action = "continue"
         self.stale = False
@@ -107,20 +127,25 @@ class HttpReporter:
         self.stall_dump: str | None = None
         self._listeners: list[Callable[[Action], None]] = []
         self._closed = threading.Event()
-        self._sender = threading.Thread(target=self._send_loop, name="akka-reporter", daemon=True)
-        self._sender.start()
         self._heartbeat_seconds = heartbeat_seconds
-        self._beater = threading.Thread(target=self._beat_loop, name="akka-heartbeat", daemon=True)
-        self._beater.start()
         # The directive's look-ahead (see the module's docstring), guarded by `_ahead`.
         self._ahead = threading.Condition()
         self._step_began = 0.0
         self._ask_at: float | None = None
         self._asking_since: float | None = None
         self._answered_since = -1.0
+        # When the latest answer of any request (a report, a heartbeat) was asked for.
+        self._last_asked = float("-inf")
+        self._expected_end: float | None = None
+        self._scheduled_with = float("-inf")  # `_last_asked` when the look-ahead was set
+        # Step reports wait in the sending thread for their turn (none is being sent).
+        self._steps_waiting = False
         self._round_trip = 0.0
+        self._sender = threading.Thread(target=self._send_loop, name="akka-reporter", daemon=True)
+        self._beater = threading.Thread(target=self._beat_loop, name="akka-heartbeat", daemon=True)
         self._asker = threading.Thread(target=self._ask_loop, name="akka-directive", daemon=True)
-        self._asker.start()
+        for thread in (self._sender, self._beater, self._asker):
+            thread.start()
 
     def on_directive(self, listener: Callable[[Action], None]) -> None:
         """Call `listener` with each new directive (from the reporting thread)."""
@@ -168,7 +193,7 @@ class HttpReporter:
             return
         with self._ahead:
             self._round_trip = time.monotonic() - asked
-        self._take_answer(response)
+        self._take_answer(response, asked)
 
     def step_began(self, expected_seconds: float | None) -> None:
         """A training step began: ask for the directive from the reporter's thread shortly
@@ -177,32 +202,46 @@ class HttpReporter:
         with self._ahead:
             self._step_began = time.monotonic()
             if expected_seconds is None:
-                self._ask_at = None
+                self._ask_at = self._expected_end = None
                 return
             lead = max(2 * self._round_trip, 0.002)
-            self._ask_at = self._step_began + max(0.0, expected_seconds - lead)
+            self._expected_end = self._step_began + expected_seconds
+            ask_at = self._expected_end
+            self._scheduled_with = self._last_asked
+            if expected_seconds < self._coalesce:
+                # A short step takes a recent answer: ask only once the latest is too old.
+                ask_at = max(ask_at, self._last_asked + self._coalesce)
+            self._ask_at = max(self._step_began, ask_at - lead)
             self._ahead.notify_all()
 
     def step_ended(self, timeout: float = 2.0) -> None:
         """The step ended: make `action` the directive as the service answered it during the
-        step. An answer to a question asked since the step began is taken as it is (waiting
-        up to `timeout` for one on its way); without one, the service is asked now
-        (`refresh_action`)."""
-        deadline = time.monotonic() + timeout
+        step (a step shorter than `report_seconds`: within its last `report_seconds`). An
+        answer to a question asked since then is taken as it is (waiting up to `timeout` for
+        a question on its way); without one, the service is asked now (`refresh_action`)."""
+        ended = time.monotonic()
+        deadline = ended + timeout
         with self._ahead:
-            self._ask_at = None
+            self._ask_at = self._expected_end = None
             began = self._step_began
+            short = ended - began < self._coalesce
+            since = ended - self._coalesce if short else began
+
+            def answered() -> bool:
+                # A long step takes only its look-ahead's answer, asked shortly before its end.
+                return (self._last_asked if short else self._answered_since) >= since
+
             while (
-                self._answered_since < began
+                not answered()
                 and self._asking_since is not None
-                and self._asking_since >= began
+                and self._asking_since >= since
                 and not self._closed.is_set()
             ):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return  # as refresh_action: the heartbeats and step reports still carry it
                 self._ahead.wait(left)
-            if self._answered_since >= began:
+            if answered():
                 return
         self.refresh_action(timeout=timeout)
 
@@ -210,7 +249,7 @@ class HttpReporter:
         """Take `action` as if the service had answered it (a stop outranks a save-and-stop,
         which outranks continue): the job's own SIGTERM handler asks for a save-and-stop."""
         with self._lock:
-            changed = _RANK[action] > _RANK[self.action]
+            changed = ACTION_RANK[action] > ACTION_RANK[self.action]
             if changed:
                 self.action = action
         if changed:
@@ -231,6 +270,7 @@ class HttpReporter:
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued report was delivered (or given up)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._queue.put(_SEND_NOW)  # step reports waiting to be sent go now
         while self._queue.unfinished_tasks:
             if deadline is not None and time.monotonic() > deadline:
                 raise ReportNotDelivered("reports still queued")
@@ -249,7 +289,7 @@ class HttpReporter:
     def _enqueue(self, kind: str, body: dict[str, Any]) -> None:
         if self.stale:
             raise StaleAttempt("this attempt is no longer the run's current one")
-        self._queue.put((kind, body))
+        self._queue.put((kind, body, time.monotonic()))
 
     def _final(self, kind: str, body: dict[str, Any]) -> None:
         self.flush(timeout=self._patience)
@@ -261,17 +301,56 @@ class HttpReporter:
             self._post(kind, body)
 
     def _send_loop(self) -> None:
+        steps: list[_Queued] = []  # step reports waiting to go as one
+        last_sent = float("-inf")
         while True:
-            item = self._queue.get()
+            if steps:
+                wait = last_sent + self._coalesce - time.monotonic()
+                try:
+                    item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+                except queue.Empty:
+                    last_sent = self._send_steps(steps)
+                    continue
+            else:
+                item = self._queue.get()
+            if item is not None and item is not _SEND_NOW and item[0] == "steps":
+                steps.append(item)
+                if time.monotonic() >= last_sent + self._coalesce:
+                    last_sent = self._send_steps(steps)
+                else:
+                    self._steps_waiting = True
+                continue
+            if steps:  # the steps before another report go first, in order
+                last_sent = self._send_steps(steps)
             try:
                 if item is None:
                     return
-                if not self.stale:
-                    self._post(*item)
+                if item is not _SEND_NOW and not self.stale:
+                    self._post(item[0], item[1])
             except ReportNotDelivered as exc:
                 log.error("report %s not delivered: %s", item[0] if item else "", exc)
             finally:
                 self._queue.task_done()
+
+    def _send_steps(self, steps: list[_Queued]) -> float:
+        """Send the waiting step reports (one alone as ``steps``, several as ``step-batch``
+        reports), each with its age, and return when the sending began."""
+        self._steps_waiting = False
+        began = time.monotonic()
+        bodies = [{**body, "ago": round(max(0.0, began - queued), 6)} for _, body, queued in steps]
+        try:
+            if not self.stale:
+                if len(bodies) == 1:
+                    self._post("steps", bodies[0])
+                for i in range(0, len(bodies) if len(bodies) > 1 else 0, STEP_BATCH_LIMIT):
+                    self._post("step-batch", {"steps": bodies[i : i + STEP_BATCH_LIMIT]})
+        except ReportNotDelivered as exc:
+            log.error("step reports %s not delivered: %s", [b.get("step") for b in bodies], exc)
+        finally:
+            for _ in steps:
+                self._queue.task_done()
+            steps.clear()
+        return began
 
     def _ask_loop(self) -> None:
         while True:
@@ -287,16 +366,27 @@ class HttpReporter:
                 if self._closed.is_set():
                     return
                 self._ask_at = None
+                end = self._expected_end
+                short = end is not None and end - self._step_began < self._coalesce
+                recent = end is not None and self._last_asked >= end - self._coalesce
+                if short and recent and self._last_asked > self._scheduled_with:
+                    continue  # a short step: an answer that came since is recent enough
                 asked = self._asking_since = time.monotonic()
             answered = False
-            if not self.stale and not self._closed.is_set():
+            if self.stale or self._closed.is_set():
+                pass
+            elif short and self._steps_waiting:
+                # The step reports waiting to go are the question: one request, not two.
+                self._queue.put(_SEND_NOW)
+                answered = self._wait_for_answer(asked, timeout=2.0)
+            else:
                 body = HeartbeatReport(step=self.step, stall_dump=self.stall_dump).to_json()
                 try:
                     response = self._client.post(f"{self._base}/heartbeat", json=body, timeout=2.0)
                 except httpx.HTTPError:
                     pass
                 else:
-                    self._take_answer(response)
+                    self._take_answer(response, asked)
                     answered = response.status_code < 300 or response.status_code == 409
             with self._ahead:
                 self._asking_since = None
@@ -318,13 +408,16 @@ class HttpReporter:
     def _post(self, kind: str, body: dict[str, Any], patience: float | None = None) -> None:
         url = f"{self._base}/{kind}"
         wait = self._patience if patience is None else patience
-        self._take_answer(deliver(self._client, url, kind, body, wait))
+        asked = time.monotonic()
+        self._take_answer(deliver(self._client, url, kind, body, wait), asked)
 
-    def _take_answer(self, response: httpx.Response) -> None:
-        """The directive of an answer: a 409 means this attempt is no longer the run's."""
+    def _take_answer(self, response: httpx.Response, asked: float) -> None:
+        """The directive of an answer to a question sent at `asked`: a 409 means this attempt
+        is no longer the run's."""
         if response.status_code == 409:
             self.stale = True
             self.action = "stop"
+            self._answered(asked)
             return
         if response.status_code >= 300:
             return
@@ -332,15 +425,27 @@ class HttpReporter:
             action = response.json().get("action", "continue")
         except ValueError:
             return
-        if action not in _RANK:
+        if action not in ACTION_RANK:
             return
         with self._lock:
-            # A stop outranks a save-and-stop, which outranks continue.
-            changed = _RANK[action] > _RANK[self.action]
-            if _RANK[action] >= _RANK[self.action]:
+            changed = ACTION_RANK[action] > ACTION_RANK[self.action]
+            if ACTION_RANK[action] >= ACTION_RANK[self.action]:
                 self.action = action
+        self._answered(asked)
         if changed:
             self._announce(action)
+
+    def _wait_for_answer(self, asked: float, timeout: float) -> bool:
+        """Wait up to `timeout` for the answer to a request sent at `asked` or later."""
+        with self._ahead:
+            return self._ahead.wait_for(
+                lambda: self._last_asked >= asked or self._closed.is_set(), timeout=timeout
+            )
+
+    def _answered(self, asked: float) -> None:
+        with self._ahead:
+            self._last_asked = max(self._last_asked, asked)
+            self._ahead.notify_all()
 
     def _announce(self, action: Action) -> None:
         for listener in self._listeners:
@@ -350,4 +455,5 @@ class HttpReporter:
                 log.exception("a directive listener failed")
 
 
-_RANK: dict[str, int] = {"continue": 0, "save-and-stop": 1, "stop": 2}
+# Put on the queue by `flush`: the step reports waiting to be sent go at once.
+_SEND_NOW: _Queued = ("", {}, 0.0)

@@ -106,6 +106,8 @@ def test_the_attempts_of_a_run_are_one_mlflow_run(
             execution={"saveEvery": 100},
         )
         made.telemetry.mlflow_uri = mlflow_server
+        # Each step reports and asks on its own, so the scripted pause lands at step 2.
+        made.telemetry.report_seconds = 0
         return made
 
     # The first attempt is paused after step 2 (saved, then stopped).

@@ -80,7 +80,7 @@ def test_pause_then_resume_continues_the_same_loss_curve(
     dataset = put_dataset(store, "maths", chat_rows(12))
 
     def spec(run_id: str, attempt: int = 1, resume: ResumePoint | None = None) -> Any:
-        return make_spec(
+        made = make_spec(
             model=catalog["tiny-chat"],
             dataset=dataset,
             config=config,
@@ -91,6 +91,9 @@ def test_pause_then_resume_continues_the_same_loss_curve(
             resume=resume,
             execution={"saveEvery": 100},
         )
+        # Each step reports and asks on its own, so the scripted pause lands at step 2.
+        made.telemetry.report_seconds = 0
+        return made
 
     assert run_in_process(spec("straight"), tmp_path / "straight") == 0
     straight = _losses(report_server, "straight")
@@ -136,6 +139,9 @@ def test_a_pause_asked_for_during_a_step_saves_at_the_end_of_that_step(
         store=store,
         execution={"saveEvery": 100},
     )
+    # Each step asks on its own (a job whose steps are this short asks about once every
+    # `report-seconds` by default: tests/engines/test_reporter.py).
+    spec.telemetry.report_seconds = 0
     # The pause arrives while step 3 trains (after step 2 was reported); the service answers
     # with it from then on, the background heartbeat being seconds away.
     report_server.script = lambda kind, body, reports: (
@@ -144,6 +150,41 @@ def test_a_pause_asked_for_during_a_step_saves_at_the_end_of_that_step(
     assert run_in_process(spec, tmp_path / "job") == 0
     assert [s["step"] for s in report_server.of("snapshots")] == [3]
     assert report_server.of("stopped")[0]["step"] == 3
+
+
+def test_short_steps_are_each_reported_once_in_fewer_requests_and_a_pause_still_saves(
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+) -> None:
+    # Steps of a few hundredths of a second, under the default `report-seconds` (0.5 s): the
+    # job sends several steps in one request and asks for the directive about as often.
+    config = {
+        **SFT,
+        "hyperparams": {**SFT["hyperparams"], "training": {"maxSteps": 200, "batchSize": 2}},
+    }
+    spec = make_spec(
+        model=catalog["tiny-chat"],
+        dataset=put_dataset(store, "maths", chat_rows(12)),
+        config=config,
+        trainer_url=report_server.url,
+        store=store,
+        execution={"saveEvery": 1000},
+    )
+    assert spec.telemetry.report_seconds == 0.5
+    report_server.script = lambda kind, body, reports: (
+        "save-and-stop"
+        if any(r.kind == "steps" and r.body["step"] >= 5 for r in reports)
+        else "continue"
+    )
+    assert run_in_process(spec, tmp_path / "job") == 0
+
+    stopped = report_server.of("stopped")[0]["step"]
+    assert [s["step"] for s in report_server.of("snapshots")] == [stopped]
+    assert 5 <= stopped < 200
+    assert [s["step"] for s in report_server.of("steps")] == list(range(1, stopped + 1))
+    with report_server.lock:
+        requests = [k for k in report_server.requests if k in ("steps", "step-batch", "heartbeat")]
+    assert "step-batch" in requests
+    assert len(requests) < stopped, (len(requests), stopped)
 
 
 def _losses(server: ReportServer, run_id: str) -> dict[int, float]:

@@ -3,7 +3,9 @@ pause and resume of a queued run, and what a run's job reported (snapshots, metr
 
 from __future__ import annotations
 
+import itertools
 import time
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -390,6 +392,58 @@ def test_run_figures_are_totals_over_the_steps_the_run_kept(
     slots = 100 / 0.5 + 5575 / 0.8  # real tokens / (1 - padding share), per step
     padding = api.get(f"/v1/runs/{run_id}").json()["dataFit"]["paddingShare"]
     assert padding == pytest.approx(1 - 5675 / slots)
+
+
+def test_steps_that_came_in_one_report_are_each_kept_at_their_own_time(
+    api: httpx.Client, dataset: Any, trainer: InProcessTrainer
+) -> None:
+    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    launch = trainer.admit(run_id)
+    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
+    assert job.post(f"{base}/started", json={"placement": {"host": "h", "pid": 1}}).is_success
+    time.sleep(0.3)  # the steps below ended after the job started
+    # Three short steps that ended 0.25, 0.15 and 0.05 s before their report went.
+    steps = [
+        {"step": n, "totalSteps": 3, "metrics": {"loss": 1.0 / n}, "ago": ago}
+        for n, ago in ((1, 0.25), (2, 0.15), (3, 0.05))
+    ]
+    sent = time.time()
+    response = job.post(f"{base}/step-batch", json={"steps": steps})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"action": "continue"}
+
+    kept = api.get(f"/v1/runs/{run_id}/metrics").json()["steps"]
+    assert [(s["step"], s["loss"]) for s in kept] == [(1, 1.0), (2, 0.5), (3, 1 / 3)]
+    at = [datetime.fromisoformat(s["at"]).timestamp() for s in kept]
+    assert [round(b - a, 2) for a, b in itertools.pairwise(at)] == [0.1, 0.1]
+    assert sent - 0.3 < at[0] < sent
+    assert api.get(f"/v1/runs/{run_id}").json()["progress"]["observedStep"] == 3
+
+    # A pause asked for meanwhile is the answer to the next report, whichever its kind.
+    assert api.post(f"/v1/runs/{run_id}/pause", json={"checkpoint": "save"}).is_success
+    more = [{"step": 4, "metrics": {"loss": 0.25}, "ago": 0.0}]
+    assert job.post(f"{base}/step-batch", json={"steps": more}).json() == {
+        "action": "save-and-stop"
+    }
+
+
+def test_a_step_report_older_than_its_attempt_is_kept_at_the_attempt_s_start(
+    api: httpx.Client, dataset: Any, trainer: InProcessTrainer
+) -> None:
+    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    launch = trainer.admit(run_id)
+    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
+    before = time.time()
+    assert job.post(f"{base}/started", json={"placement": {"host": "h", "pid": 1}}).is_success
+    body = {"step": 1, "metrics": {"loss": 1.0}, "ago": 3600.0}
+    assert job.post(f"{base}/steps", json=body).is_success
+    (kept,) = api.get(f"/v1/runs/{run_id}/metrics").json()["steps"]
+    assert before - 1 < datetime.fromisoformat(kept["at"]).timestamp() <= time.time()
+    too_old = {"step": 2, "metrics": {}, "ago": 86_401}
+    status, _ = answer(job.post(f"{base}/steps", json=too_old))
+    assert status == 422
 
 
 def test_gpu_seconds_stop_when_the_run_completes_while_its_job_exits(

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from akka_training.blobstore.local import LocalBlobStore
+from akka_training.core.reports import strongest, unbatched
 from akka_training.core.resolved import JobSpec
 from akka_training.engines.context import JobContext
 from akka_training.engines.job import run_engine
@@ -109,8 +110,11 @@ class RecordingService:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 kind = self.path.rsplit("/", 1)[-1]
-                service.reports.append((kind, body))
-                answer = json.dumps({"action": service.decide(kind, body)}).encode()
+                actions = []
+                for one_kind, one in unbatched(kind, body):  # a step-batch as its steps
+                    service.reports.append((one_kind, one))
+                    actions.append(service.decide(one_kind, one))
+                answer = json.dumps({"action": strongest(actions)}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))

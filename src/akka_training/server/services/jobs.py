@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete
@@ -22,6 +22,7 @@ from akka_training.core.reports import (
     RolloutsReport,
     SnapshotReport,
     StartedReport,
+    StepBatchReport,
     StepReport,
     StoppedReport,
     TrainingReport,
@@ -106,13 +107,14 @@ def _step(session: Session, run: Run, attempt: Attempt, r: StepReport, now: date
         totals = step_totals(totals, replaced.metrics, sign=-1)
         session.delete(replaced)
         session.flush()
+    at = _ended_at(attempt, r, now)
     session.add(
-        Step(run_id=run.id, step=r.step, attempt=attempt.number, metrics=r.metrics, created_at=now)
+        Step(run_id=run.id, step=r.step, attempt=attempt.number, metrics=r.metrics, created_at=at)
     )
     run.observed_step = r.step
     if r.total_steps is not None:
         run.total_steps = r.total_steps
-    run.last_step_at = now
+    run.last_step_at = at
     if run.stalled_since is not None:
         event(session, run.id, "stall", f"steps resumed at step {r.step}")
     run.stalled_since = None
@@ -129,6 +131,18 @@ def _step(session: Session, run: Run, attempt: Attempt, r: StepReport, now: date
         _monitor_pause(session, run, r, now)
 
 
+def _ended_at(attempt: Attempt, r: StepReport, now: datetime) -> datetime:
+    """When the step ended: `now` less the age its report gives (a step that waited to go with
+    others), never before the attempt started."""
+    if not r.ago:
+        return now
+    at = now - timedelta(seconds=r.ago)
+    started = attempt.started_at
+    if started is not None:
+        at = max(at, started if started.tzinfo else started.replace(tzinfo=UTC))
+    return at
+
+
 def _monitor_pause(session: Session, run: Run, r: StepReport, now: datetime) -> None:
     """A monitor of the job tripped: the run pauses as with ``--checkpoint save`` (the job
     has saved at this step and stops), unless the user asked for something already."""
@@ -138,6 +152,13 @@ def _monitor_pause(session: Session, run: Run, r: StepReport, now: datetime) -> 
     if run.requested is None and can(run.phase, RuleName.REQUEST_PAUSE):
         move(session, run, RuleName.REQUEST_PAUSE, now=now)
         run.requested = Request.PAUSE_SAVE
+
+
+def _step_batch(
+    session: Session, run: Run, attempt: Attempt, r: StepBatchReport, now: datetime
+) -> None:
+    for step in r.steps:
+        _step(session, run, attempt, step, now)
 
 
 def _snapshot(
@@ -304,6 +325,7 @@ _HANDLERS: dict[str, Any] = {
     "started": _started,
     "training": _training,
     "steps": _step,
+    "step-batch": _step_batch,
     "snapshots": _snapshot,
     "rollouts": _rollouts,
     "heartbeat": _heartbeat,
