@@ -77,17 +77,17 @@ async def receive_dataset(
             batch.append(chunk)
             batched += len(chunk)
             if batched >= BATCH_BYTES:
-                block = b"".join(batch)
-                batch, batched = [], 0
-                # One batch in the worker while the loop receives the next one.
+                # One batch in the worker while the loop receives the next one. The batch goes
+                # as the chunks it arrived in: joining them would copy the body once more.
                 if pending is not None:
                     await pending
-                pending = loop.run_in_executor(None, sink.feed, block)
+                pending = loop.run_in_executor(None, sink.feed, batch)
+                batch, batched = [], 0
         if pending is not None:
             await pending
             pending = None
         if batch:
-            await loop.run_in_executor(None, sink.feed, b"".join(batch))
+            await loop.run_in_executor(None, sink.feed, batch)
         summary, digest = await loop.run_in_executor(None, sink.finish)
     except BaseException:
         # The worker may still hold a batch; the sink's lock makes abort wait for it.
@@ -147,21 +147,23 @@ class _Sink:
         self._storing = True
         self._lock = threading.Lock()
 
-    def feed(self, block: bytes) -> None:
+    def feed(self, chunks: list[bytes]) -> None:
         with self._lock:
             # Hashing and writing release the GIL, so they run beside the row checks.
-            stored = _STORE_POOL.submit(self._store, block) if self._storing else None
+            stored = _STORE_POOL.submit(self._store, chunks) if self._storing else None
             try:
-                self._rows.feed(block)
+                for chunk in chunks:
+                    self._rows.feed(chunk)
             finally:
                 if stored is not None:
                     stored.result()
             if self._storing and not self._rows.ok:
                 self._drop()
 
-    def _store(self, block: bytes) -> None:
-        self._hash.update(block)
-        self._writer.write(block)
+    def _store(self, chunks: list[bytes]) -> None:
+        for chunk in chunks:
+            self._hash.update(chunk)
+            self._writer.write(chunk)
 
     def finish(self) -> tuple[RowSummary, str]:
         with self._lock:
