@@ -151,7 +151,9 @@ class _Sink:
 
     def feed(self, chunks: list[bytes]) -> None:
         with self._lock:
-            # Hashing and writing release the GIL, so they run beside the row checks.
+            # Hashing and writing let go of the GIL while they work, so they run beside the row
+            # checks; but the store thread needs it back after each chunk and waits for the
+            # checks to let go of it, so it mostly finishes after them (bench/upload.py).
             stored = _STORE_POOL.submit(self._store, chunks) if self._storing else None
             try:
                 for chunk in chunks:
