@@ -10,18 +10,43 @@ ratios decides, and the lowest and highest are printed beside it.
 
     PYTHONPATH=src python bench/upload.py [--mib 256] [--repeat 5] [--dir DIR]
 
-Where an upload's time goes (py-spy on the service, 256 MiB, 2 cores): before httptools and
-msgspec, the service spent about 1.7 s of CPU on it. The largest share was the row checks, one
-pydantic_core parse of each line into Python objects and a Python walk over each row (about
-0.7 s); then sha256 (about 0.3 s, beside the checks in a thread: hashlib lets go of the GIL);
-then uvicorn's pure-Python HTTP parser (h11) taking the body 64 KiB at a time, with the event
-loop pausing and resuming its socket at each chunk while it waited for the GIL the row checks
-held. Writing to the staged file and the one fsync at the end cost little. With httptools
-parsing HTTP and each row checked by one typed msgspec parse (the full check only for rows that
-parse refuses), the service spends about 0.86 s of CPU, and the row checks are still most of
-it: a plain copy in the page cache runs at over 1 GiB/s, which Python row checks do not reach.
-On a loaded 2-core machine (copies at about 120-150 MiB/s) the median ratio went from 0.34 to
-0.72; on an idle one, where the copy stays in the page cache, the upload runs at about 230 MiB/s.
+Where an upload's time goes (py-spy and perf on the service, psutil's CPU time per thread, 256 MiB,
+2 cores): before httptools and msgspec, the service spent about 1.7 s of CPU on it, most in the row
+checks (one pydantic_core parse of each line and a Python walk over each row, about 0.7 s), then
+sha256 (about 0.3 s) and uvicorn's pure-Python HTTP parser (h11). With httptools and one typed
+msgspec parse per row it spent 0.83-1.0 s: the row checks 0.43 s (splitting each 1 MiB batch into a
+copy of every line was 8% of the service's samples, as much as msgspec's own string parsing; then
+the per-line Python, the garbage collector's bookkeeping of the parsed rows, and the final fsync),
+the event loop 0.28 s (asyncio, httptools and the copies uvicorn makes of each 256 KiB chunk, then
+the batches joined), the store thread 0.24 s (sha256 about 0.14 s at OpenSSL's 2 GB/s, writing to
+the page cache about 0.1 s); and after the last byte the fsync wrote the whole file out, taking
+about 0.1 s of the upload's time.
+
+Now the lines of a batch are found in place and parsed as views, only a line the quick check does
+not pass is copied, and the parsed rows are not tracked by the garbage collector (256 MiB of rows
+alone: 0.25 s of CPU, from 0.35 s; 0.32-0.37 s in the service, from 0.43 s); a batch is handed on
+as the chunks that came, unjoined; and the blob store starts writeback every 8 MiB, so the fsync at
+the end takes a few ms (the store thread now does that writeback: 0.26-0.28 s). The event loop is
+unchanged (0.27-0.29 s). In the same conditions, side by side, the service spends 0.72-0.94 s of
+CPU per upload against 0.83-0.99 s before, and an upload takes 0.94-1.0 s against 1.07 s (ratio
+0.24-0.25 against 0.21-0.22, the copy at 0.23-0.24 s).
+
+What bounds it is the GIL: the row checks (msgspec's parse alone is 0.2 s) and the event loop
+cannot run at once, and a thread that wants the GIL back while the row checks hold it waits for the
+switch interval (5 ms): the store thread, which needs it after each chunk's hash and write, mostly
+finishes after the checks, so a 1 MiB batch takes about 2.8 ms where its checks take 1.1 ms. Tried
+and not kept (no gain, or more CPU, on this machine): hashing and writing a joined batch in two
+threads started before the checks; hashing and writing in the checking thread; a 0.5 ms switch
+interval; 256 KiB or 4 MiB batches; uvloop (about 0.05 s less CPU, not worth a new event loop for
+the whole service); one msgspec decode_lines call per batch (no faster than a parse per line by
+view, and it needs its own proof that every value is one line).
+
+The goal is out of reach on 2 cores: sha256, the parse, the page-cache write, receiving and the
+client's sending add up to about 0.9 CPU-seconds, at least 0.45 s with both cores busy, against a
+copy that runs from the page cache in 0.21-0.25 s, so the ratio stays near 0.5 at best however well
+the stages overlap. Moving the row checks to another process would take the GIL out of it but not
+the CPU (and adds a copy of the body to that process). On a busy machine the copy's own time varies
+far more than the upload's: the CPU seconds are the steadier figure.
 """
 
 from __future__ import annotations

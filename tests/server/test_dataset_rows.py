@@ -289,3 +289,31 @@ def test_rows_after_a_valid_one_get_the_same_words_as_first_rows(first: bytes, l
     assert not alone.ok and alone.problem_count == 1, messages(alone)
     assert after.problem_count == 1
     assert messages(after) == [messages(alone)[0].replace("line 1:", "line 2:", 1)]
+
+
+def test_a_block_of_lines_is_checked_as_line_by_line() -> None:
+    # Once the file's shape is known, the lines of a block are found in place and only those the
+    # quick test does not pass are checked in full: the result is the same as for a file fed a
+    # byte at a time, whatever lies between good rows (blank lines, CRLF, refused rows, rows the
+    # full check passes, an over-long row, a last line without a newline).
+    good = json.dumps(chat(("user", "q"), ("assistant", "a"))).encode()
+    lines = [
+        good,
+        good + b"\r",
+        b"",
+        b"   ",
+        good,
+        b"not json",
+        json.dumps(chat(("user", [{"type": "text", "text": "q"}]), ("assistant", "a"))).encode(),
+        b'{"messages": [{"role": "bot", "content": "x"}]}',
+        good + b" " + good,
+        json.dumps(chat(("user", "x" * 300), ("assistant", "a"))).encode(),
+        b'{"prompt": "q", "completion": "a"}',
+        b'{"messages": [{"role": "assistant", "content": "\\ud800"}]}',
+        good,
+    ]
+    data = b"\n".join(lines * 3)  # no newline after the last line
+    byte_by_byte = check(data, 1, max_line_bytes=250)
+    assert byte_by_byte.rows == 33 and byte_by_byte.problem_count == 18
+    for block in (None, 5, 64, 300, 1000):
+        assert check(data, block, max_line_bytes=250) == byte_by_byte, block

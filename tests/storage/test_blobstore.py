@@ -1,8 +1,9 @@
+import errno
 from pathlib import Path
 
 import pytest
 
-from akka_training.blobstore import open_blob_store
+from akka_training.blobstore import local, open_blob_store
 
 
 def test_writes_are_atomic(tmp_path: Path) -> None:
@@ -51,3 +52,31 @@ def test_move_renames_a_blob(tmp_path: Path) -> None:
     assert store.list("datasets") == ["datasets/sha256/abc.jsonl"]
     with pytest.raises(FileNotFoundError):
         store.move("datasets/uploads/u1.jsonl", "datasets/sha256/abc.jsonl")
+
+
+@pytest.mark.parametrize("advice", ["works", "refused"])
+def test_a_large_blob_is_handed_to_the_disk_as_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, advice: str
+) -> None:
+    # Every WRITEBACK_BYTES the writer starts writeback of what it wrote (advice to the kernel);
+    # where the advice fails, the blob is written all the same and synced at commit.
+    monkeypatch.setattr(local, "WRITEBACK_BYTES", 1000)
+    calls: list[tuple[int, int]] = []
+
+    def fadvise(fd: int, offset: int, length: int, what: int) -> None:
+        calls.append((offset, length))
+        if advice == "refused":
+            raise OSError(errno.EINVAL, "no advice here")
+
+    monkeypatch.setattr(local.os, "posix_fadvise", fadvise, raising=False)
+    store = open_blob_store(str(tmp_path / "b"))
+    chunks = [bytes([i]) * 300 for i in range(20)]
+    with store.writer("datasets/big.jsonl") as writer:
+        for chunk in chunks:
+            writer.write(chunk)
+        writer.commit()
+    assert store.get_bytes("datasets/big.jsonl") == b"".join(chunks)
+    if advice == "works":
+        assert calls == [(0, 1200), (1200, 1200), (2400, 1200), (3600, 1200), (4800, 1200)]
+    else:
+        assert calls == [(0, 1200)]  # not asked again

@@ -11,6 +11,12 @@ from typing import BinaryIO
 
 from akka_training.blobstore.base import BlobStore, BlobWriter
 
+# A large blob is handed to the disk every this many bytes as it is written (writeback starts,
+# the writer does not wait for it), so that commit's fsync waits for the last few MiB instead of
+# writing the whole blob out then: for a 256 MiB dataset upload, about 0.1 s less at the end
+# (bench/upload.py).
+WRITEBACK_BYTES = 8 * 1024 * 1024
+
 
 class _LocalWriter(BlobWriter):
     def __init__(self, dest: Path, tmp_dir: Path) -> None:
@@ -19,9 +25,32 @@ class _LocalWriter(BlobWriter):
         self._tmp = Path(name)
         self._file = os.fdopen(fd, "wb")
         self._done = False
+        self._written = 0
+        self._handed = 0  # bytes whose writeback has been started
+        self._writeback = hasattr(os, "posix_fadvise")
 
     def write(self, data: bytes) -> None:
         self._file.write(data)
+        self._written += len(data)
+        if self._writeback and self._written - self._handed >= WRITEBACK_BYTES:
+            self._start_writeback()
+
+    def _start_writeback(self) -> None:
+        # POSIX_FADV_DONTNEED starts writeback of the range's dirty pages without waiting for it
+        # (Linux); pages still being written stay cached. Only advice: where it fails, the
+        # commit's fsync writes everything as before.
+        self._file.flush()
+        try:
+            os.posix_fadvise(
+                self._file.fileno(),
+                self._handed,
+                self._written - self._handed,
+                os.POSIX_FADV_DONTNEED,
+            )
+        except OSError:
+            self._writeback = False
+            return
+        self._handed = self._written
 
     def commit(self) -> None:
         self._file.flush()

@@ -36,6 +36,8 @@ MAX_LISTED = 20
 MAX_LINE_BYTES = 32 * 1024 * 1024
 
 _ROLES = frozenset(ROLES)
+# A line as the quick tests take it: a view into the received block, or bytes.
+Buffer = bytes | memoryview
 _ROLE_LIST = "system, user, assistant or tool"
 _PART_TYPES = "text or image"
 
@@ -93,7 +95,7 @@ class RowValidator:
         self._shape: _Shape | None = None
         # Once the file's shape is known: a quick test that passes only rows the full check
         # would pass too, so most rows skip the full check's bookkeeping.
-        self._fast: Callable[[bytes], bool] | None = None
+        self._fast: Callable[[Buffer], bool] | None = None
 
     @property
     def ok(self) -> bool:
@@ -101,30 +103,32 @@ class RowValidator:
 
     def feed(self, data: bytes) -> None:
         """Check every line that `data` completes; keep the partial last line for later."""
-        if data.find(b"\n") < 0:
+        first = data.find(b"\n")
+        if first < 0:
             self._carry(data)
             return
-        lines = data.split(b"\n")
-        rest = lines.pop()  # after the last newline: the start of a line still to come
+        start = 0
         if self._skipping:
-            del lines[0]  # the end of a line already refused as too long
+            start = first + 1  # past the end of a line already refused as too long
             self._line += 1
             self._skipping = False
         elif self._tail:
-            self._tail.append(lines[0])
-            lines[0] = b"".join(self._tail)
+            self._tail.append(data[:first])
+            self._check_line(b"".join(self._tail))
+            start = first + 1
         self._tail = []
         self._tail_bytes = 0
-        self._check_lines(lines)
-        if rest:
-            self._carry(rest)
+        end = data.rfind(b"\n") + 1  # after the last newline: the start of a line still to come
+        self._check_span(data, start, end)
+        if end < len(data):
+            self._carry(data[end:])
 
     def finish(self) -> RowSummary:
         """Check the last line (a file need not end with a newline) and sum up."""
         if self._skipping:
             self._line += 1
         elif self._tail:
-            self._check_lines([b"".join(self._tail)])
+            self._check_line(b"".join(self._tail))
         self._tail = []
         self._skipping = False
         return RowSummary(
@@ -155,35 +159,56 @@ class RowValidator:
                 "the most one row may hold",
             )
 
-    def _check_lines(self, lines: list[bytes]) -> None:
-        # The hot loop: one parse and one check per line, nothing else per line.
-        number = self._line
-        limit = self.max_line_bytes
+    def _check_span(self, data: bytes, start: int, end: int) -> None:
+        """Check the lines of data[start:end], which ends with a newline. The hot loop: each
+        line is found in place and handed to the file's quick test as a view, not copied; only
+        a line it does not pass (and every line before the file's shape is known) is copied out
+        for the full check, which words the problem."""
+        view = memoryview(data)
+        find = data.find
         fast = self._fast
-        for raw in lines:
+        limit = self.max_line_bytes
+        number = self._line  # lines before the one at p
+        passed = 0
+        p = start
+        while p < end:
+            q = find(b"\n", p, end)
+            if fast is not None and q - p <= limit and fast(view[p:q]):
+                passed += 1
+            else:
+                self._line = number
+                self._check_line(data[p:q])
+                fast = self._fast
             number += 1
-            if not raw.strip():
-                continue
-            self.rows += 1
-            if len(raw) > limit:
-                self._add(
-                    number,
-                    "",
-                    f"the row is longer than {limit // (1024 * 1024)} MiB, "
-                    "the most one row may hold",
-                )
-                continue
-            if fast is not None and fast(raw):
-                continue
-            try:
-                row = from_json(raw)
-            except ValueError:
-                row = self._parse_slowly(number, raw)
-                if row is None:
-                    continue
-            self._check_row(number, row)
-            fast = self._fast
+            p = q + 1
+        self.rows += passed
         self._line = number
+
+    def _check_line(self, raw: bytes) -> None:
+        """The full check of one line (the next one), blank or not."""
+        self._line += 1
+        number = self._line
+        if not raw.strip():
+            return
+        self.rows += 1
+        limit = self.max_line_bytes
+        if len(raw) > limit:
+            self._add(
+                number,
+                "",
+                f"the row is longer than {limit // (1024 * 1024)} MiB, the most one row may hold",
+            )
+            return
+        fast = self._fast
+        if fast is not None and fast(raw):
+            return
+        try:
+            row = from_json(raw)
+        except ValueError:
+            row = self._parse_slowly(number, raw)
+            if row is None:
+                return
+        self._check_row(number, row)
 
     def _parse_slowly(self, number: int, raw: bytes) -> Any:
         """The standard library decides lines the fast parser refused, and words the error."""
@@ -413,16 +438,18 @@ def _check_parts(parts: list[Any], where: str, role: Any, problems: list[tuple[s
 _Role = Literal["system", "user", "assistant", "tool"]
 
 
-class _PlainMessage(msgspec.Struct, forbid_unknown_fields=True):
+# gc=False: the parsed rows hold only strings and lists, never a cycle, so the garbage collector
+# need not track the million objects a large file makes (its passes cost a tenth of the check).
+class _PlainMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     role: _Role
     content: str
 
 
-class _PlainChat(msgspec.Struct, forbid_unknown_fields=True):
+class _PlainChat(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     messages: list[_PlainMessage]
 
 
-class _PlainPromptCompletion(msgspec.Struct, forbid_unknown_fields=True):
+class _PlainPromptCompletion(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     prompt: str
     completion: str
 
@@ -431,7 +458,7 @@ _chat_decoder = msgspec.json.Decoder(_PlainChat)
 _prompt_completion_decoder = msgspec.json.Decoder(_PlainPromptCompletion)
 
 
-def _plain_chat(raw: bytes) -> bool:
+def _plain_chat(raw: Buffer) -> bool:
     """A chat row of messages with only a valid role and a string content, ending with the
     assistant."""
     try:
@@ -441,7 +468,7 @@ def _plain_chat(raw: bytes) -> bool:
     return bool(messages) and messages[-1].role == "assistant"
 
 
-def _plain_prompt_completion(raw: bytes) -> bool:
+def _plain_prompt_completion(raw: Buffer) -> bool:
     """A prompt-completion row of two strings and nothing else, the completion not blank."""
     try:
         row = _prompt_completion_decoder.decode(raw)
@@ -450,7 +477,7 @@ def _plain_prompt_completion(raw: bytes) -> bool:
     return bool(row.completion.strip())
 
 
-_FAST: dict[tuple[str, str], Callable[[bytes], bool]] = {
+_FAST: dict[tuple[str, str], Callable[[Buffer], bool]] = {
     (CHAT, "messages"): _plain_chat,
     (PROMPT_COMPLETION, "text"): _plain_prompt_completion,
 }
