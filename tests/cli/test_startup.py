@@ -89,3 +89,37 @@ def test_a_group_lists_each_lazy_subgroup_with_its_own_help() -> None:
         loaded = entry.load(name)
         assert (loaded.name, loaded.help, loaded.hidden) == (name, entry.help, entry.hidden)
         assert entry.listing(name).get_short_help_str() == loaded.get_short_help_str()
+
+
+def test_no_color_is_set_on_the_help_renderer_without_importing_it() -> None:
+    code = (
+        "import sys\n"
+        "from akka_training.cli.main import extract_globals\n"
+        "extract_globals(['--no-color', 'training', 'runs', 'list'])\n"
+        "print('typer.rich_utils' in sys.modules)\n"
+        "import typer.rich_utils\n"
+        "print(typer.rich_utils.COLOR_SYSTEM)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == ["False", "None"]
+
+
+def test_the_client_is_imported_without_httpx_command_line() -> None:
+    """httpx's own command line (click, pygments, rich) stays out of a command that calls the
+    trainer; httpx itself is whole, and its command line can still be imported."""
+    code = (
+        "import sys\n"
+        "from akka_training.cli.state import _import_httpx\n"
+        "_import_httpx()\n"
+        "import akka_training.client.connection\n"
+        "print(sorted(m for m in ('click', 'pygments', 'rich', 'httpx._main') if m in sys.modules))\n"
+        "import httpx\n"
+        "assert httpx.Client and httpx.create_ssl_context\n"
+        "import httpx._main\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

@@ -7,6 +7,7 @@ found by `akka_training.client.connect`, exactly as a Python user's `connect()` 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,7 @@ class State:
         """The trainer's URL and the token to call it with (a login is exchanged here)."""
         # Imported when a command first needs the trainer: httpx, pydantic and the API's
         # models are not worth loading for `akka --help` or `akka config`.
+        _import_httpx()
         from akka_training.client.connection import resolve
 
         if self._connection is None:
@@ -87,3 +89,18 @@ class State:
 
 
 state = State()
+
+
+def _import_httpx() -> None:
+    """Import httpx without its command line (`httpx._main`): httpx imports it when it can, and
+    with it click, pygments and rich's progress bars and syntax highlighting, about 0.04 s that
+    no command of the CLI uses. httpx goes without it when it cannot be imported (its own
+    fallback), so the import is made to fail, once; a later import of `httpx._main` works."""
+    if "httpx" in sys.modules or "httpx._main" in sys.modules:
+        return
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]
+    try:
+        import httpx  # noqa: F401
+    finally:
+        if sys.modules.get("httpx._main", ...) is None:
+            del sys.modules["httpx._main"]
