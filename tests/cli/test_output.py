@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import io
+import random
+import string
 import subprocess
 import sys
 
 import pytest
 
-from akka_training.cli.output import details, table
+from akka_training.cli.output import _print, details, plain_lines, rich_grid, table
 from akka_training.cli.state import state
 
 
@@ -155,3 +157,49 @@ def test_a_runs_snapshots_table_shows_what_each_part_holds_in_the_store(
     assert lines[1].split()[3:5] == ["yes", "yes"]  # stored, size not measured
     assert lines[2].split()[3:7] == ["1.5", "KiB", "3.0", "MiB"]
     assert lines[3].split()[3:6] == ["1.5", "KiB", "no"]
+
+
+def _rich_for_a_pipe(grid: list[list[str]], header: bool, monkeypatch: pytest.MonkeyPatch) -> str:
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    _print(rich_grid(grid, header), "")
+    monkeypatch.undo()
+    return out.getvalue()
+
+
+def _random_cell(rng: random.Random) -> str:
+    alphabet = string.ascii_letters + string.digits + string.punctuation + "    "
+    return "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 0, 1, 3, 8, 20])))
+
+
+def test_a_piped_grid_of_plain_text_is_written_as_rich_writes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pipe gets its tables and details from `plain_lines`, without rich: the same text."""
+    rng = random.Random(20)
+    grids = [
+        [["RUN", "PHASE"]],
+        [["A", "B", "C"], ["", "", ""], ["  lead", "trail  ", " both "]],
+        [["ONLY"], ["x" * 300], [""]],
+        [["K", ""], ["", ""]],
+    ]
+    for _ in range(200):
+        columns, rows = rng.randint(1, 6), rng.randint(0, 6)
+        grids.append([[_random_cell(rng) for _ in range(columns)] for _ in range(rows + 1)])
+    for grid in grids:
+        lines = plain_lines(grid)
+        assert lines is not None
+        plain = "".join(line.rstrip() + "\n" for line in lines)
+        for header in (True, False):
+            assert plain == _rich_for_a_pipe(grid, header, monkeypatch), grid
+
+
+@pytest.mark.parametrize(
+    "text", ["tab\there", "two\nlines", "caf\u00e9", "\u6f22\u5b57", "bell\x07", "cr\r"]
+)
+def test_text_rich_measures_or_strips_is_left_to_rich(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert plain_lines([["NAME", "VALUE"], ["key", text]]) is None
+    details([("Key", text), ("Other", "x")])
+    assert capsys.readouterr().out.splitlines()[0].startswith("Key     ")

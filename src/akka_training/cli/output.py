@@ -70,20 +70,7 @@ def plain(data: Any) -> Any:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "") -> None:
     """Print `rows` under `headers`: left-aligned columns three spaces apart, no borders."""
-    from rich.table import Table
-
-    grid = Table(
-        box=None,
-        show_edge=False,
-        pad_edge=False,
-        padding=(0, COLUMN_GAP, 0, 0),
-        header_style="bold",
-    )
-    for header in headers:
-        grid.add_column(_text(header), justify="left")
-    for row in rows:
-        grid.add_row(*(_text(cell(v)) for v in row))
-    _print(grid, indent)
+    _grid([list(headers), *([cell(v) for v in row] for row in rows)], indent, header=True)
 
 
 def details(rows: Sequence[tuple[str, Any]], indent: str = "") -> None:
@@ -91,14 +78,7 @@ def details(rows: Sequence[tuple[str, Any]], indent: str = "") -> None:
     key; a value of several lines continues in the value column."""
     if not rows:
         return
-    from rich.table import Table
-
-    grid = Table.grid(padding=(0, COLUMN_GAP, 0, 0))
-    grid.add_column(justify="left")
-    grid.add_column(justify="left")
-    for key, value in rows:
-        grid.add_row(_text(key), _text(cell(value)))
-    _print(grid, indent)
+    _grid([[key, cell(value)] for key, value in rows], indent, header=False)
 
 
 def section(title: str) -> None:
@@ -154,6 +134,62 @@ def human_bytes(n: float | None) -> str:
     return f"{n:.1f} TiB"
 
 
+def _grid(grid: list[list[str]], indent: str, header: bool) -> None:
+    """Print the rows of `grid` (the first one the headers, bold on a terminal, when `header`)
+    as columns: rendered by rich, or, when stdout is not a terminal and every cell is plain
+    text, by `plain_lines`, which writes the same lines some 0.07 s sooner (rich's import
+    and its layout of each cell)."""
+    if not sys.stdout.isatty():
+        lines = plain_lines(grid)
+        if lines is not None:
+            _write(lines, indent)
+            return
+    _print(rich_grid(grid, header), indent)
+
+
+def plain_lines(grid: list[list[str]]) -> list[str] | None:
+    """The lines rich renders `grid` as for a pipe (left-aligned columns `COLUMN_GAP` spaces
+    apart, each row on one line), when each cell is printable ASCII on one line (one column a
+    character, no control codes: nothing rich measures or strips otherwise); else None."""
+    columns = len(grid[0])
+    if any(len(row) != columns for row in grid):
+        return None
+    if not all(text.isascii() and text.isprintable() for row in grid for text in row):
+        return None
+    widths = [max(len(row[i]) for row in grid) for i in range(columns)]
+    if sum(widths) + COLUMN_GAP * (columns - 1) > PIPE_WIDTH:
+        return None
+    gap = " " * COLUMN_GAP
+    return [
+        gap.join(text.ljust(width) for text, width in zip(row, widths, strict=True)) for row in grid
+    ]
+
+
+def rich_grid(grid: list[list[str]], header: bool) -> Any:
+    """`grid` as a rich table without borders (`header`: its first row as bold headers)."""
+    from rich.table import Table
+
+    if header:
+        rendered = Table(
+            box=None,
+            show_edge=False,
+            pad_edge=False,
+            padding=(0, COLUMN_GAP, 0, 0),
+            header_style="bold",
+        )
+        for title in grid[0]:
+            rendered.add_column(_text(title), justify="left")
+        rows = grid[1:]
+    else:
+        rendered = Table.grid(padding=(0, COLUMN_GAP, 0, 0))
+        for _ in grid[0]:
+            rendered.add_column(justify="left")
+        rows = grid
+    for row in rows:
+        rendered.add_row(*(_text(text) for text in row))
+    return rendered
+
+
 def _text(value: str) -> Any:
     # A Text is printed as it is: no markup (`[1, 2)` stays), no emoji codes, no highlighting.
     from rich.text import Text
@@ -183,5 +219,9 @@ def _print(renderable: Any, indent: str) -> None:
         markup=False,
     )
     console.print(renderable)
-    for line in buffer.getvalue().splitlines():
+    _write(buffer.getvalue().splitlines(), indent)
+
+
+def _write(lines: Sequence[str], indent: str) -> None:
+    for line in lines:
         sys.stdout.write(f"{indent}{line}".rstrip() + "\n")
