@@ -13,18 +13,19 @@ the CLI may never need (typer's help renderer) is made without importing it.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 from typer import _click
 from typer.core import TyperCommand, TyperGroup
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,10 @@ def when_imported(name: str, then: Callable[[ModuleType], None]) -> None:
     sys.meta_path.insert(0, _AfterImport(name, [then]))
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds `name` as the other finders do, and has its loader call `then` after it."""
+class _AfterImport:
+    """A finder of `sys.meta_path`: finds `name` as the other finders do, and has its loader
+    call `then` after it. (Neither it nor `_Then` derives from `importlib.abc`, whose import
+    would cost each command some 2 ms.)"""
 
     def __init__(self, name: str, then: list[Callable[[ModuleType], None]]) -> None:
         self.name = name
@@ -157,24 +160,26 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
+    ) -> ModuleSpec | None:
         if fullname != self.name:
             return None
         sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        from importlib.util import find_spec
+
+        spec = find_spec(fullname)
         if spec is not None and spec.loader is not None:
-            spec.loader = _Then(spec.loader, self.then)
+            spec.loader = cast("Loader", _Then(spec.loader, self.then))
         return spec
 
 
-class _Then(importlib.abc.Loader):
+class _Then:
     """A module's own loader, then the calls waiting for the module."""
 
-    def __init__(self, loader: importlib.abc.Loader, then: list[Callable[[ModuleType], None]]):
+    def __init__(self, loader: Loader, then: list[Callable[[ModuleType], None]]) -> None:
         self.loader = loader
         self.then = then
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
