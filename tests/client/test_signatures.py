@@ -48,3 +48,23 @@ def test_the_calls_the_cli_and_the_guide_use_are_there() -> None:
         "wait_pipeline", "register_bundle", "create_token", "whoami",
     ):  # fmt: skip
         assert name in found, name
+
+
+def test_the_client_imports_a_nouns_models_when_a_call_first_needs_them() -> None:
+    """Importing the client defines no model: `api.runs` and the others are imported when a
+    call (or a type hint, as above) first reaches them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from akka_training.client import TrainerClient\n"
+        "from akka_training import api\n"
+        "print(sorted(m for m in sys.modules if m.startswith('akka_training.api.')))\n"
+        "api.runs.RunSummary\n"
+        "print(sorted(m for m in sys.modules if m.startswith('akka_training.api.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = out.stdout.strip().splitlines()
+    assert before == "[]"
+    assert after == "['akka_training.api.base', 'akka_training.api.runs']"
