@@ -1,8 +1,11 @@
 """The CLI starts without the training stack."""
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
 
 HEAVY = ("torch", "transformers", "trl", "verl", "peft", "fastapi", "sqlalchemy")
 
@@ -123,3 +126,24 @@ def test_the_client_is_imported_without_httpx_command_line() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_a_command_validates_answers_without_pydantic_plugins_and_then_restores_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from akka_training.cli.state import State
+
+    monkeypatch.delenv("PYDANTIC_DISABLE_PLUGINS", raising=False)
+    monkeypatch.setenv("TRAINER_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AKKA_CONFIG", "/nonexistent/akka-config.yaml")
+    state = State()
+    state.connection()
+    assert os.environ["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
+    state.close()
+    assert "PYDANTIC_DISABLE_PLUGINS" not in os.environ
+    # A value the user set is left as it is.
+    monkeypatch.setenv("PYDANTIC_DISABLE_PLUGINS", "logfire")
+    state = State()
+    state.connection()
+    state.close()
+    assert os.environ["PYDANTIC_DISABLE_PLUGINS"] == "logfire"

@@ -181,8 +181,7 @@ def main(argv: list[str]) -> int:
         _error_out("internal", message, [], hint)
         return exits.FAILED
     finally:
-        if state._client is not None:
-            state._client.close()
+        state.close()
 
 
 def _refusal(exc: AkkaError) -> int:
