@@ -68,3 +68,19 @@ def test_the_client_imports_a_nouns_models_when_a_call_first_needs_them() -> Non
     before, after = out.stdout.strip().splitlines()
     assert before == "[]"
     assert after == "['akka_training.api.base', 'akka_training.api.runs']"
+
+
+def test_api_runs_re_exports_the_run_plan_when_asked_for_it() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import akka_training.api.runs as runs\n"
+        "print('akka_training.core.plans' in sys.modules)\n"
+        "from akka_training.api.runs import RunPlan\n"
+        "from akka_training.core.plans import RunPlan as plan\n"
+        "print(RunPlan is plan is runs.RunPlan)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
