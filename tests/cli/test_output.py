@@ -7,10 +7,20 @@ import random
 import string
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from akka_training.cli.output import _print, details, plain_lines, rich_grid, table
+from akka_training.cli.output import (
+    COLUMN_GAP,
+    _grid,
+    _print,
+    details,
+    plain_lines,
+    rich_grid,
+    table,
+)
 from akka_training.cli.state import state
 
 
@@ -203,3 +213,41 @@ def test_text_rich_measures_or_strips_is_left_to_rich(
     assert plain_lines([["NAME", "VALUE"], ["key", text]]) is None
     details([("Key", text), ("Other", "x")])
     assert capsys.readouterr().out.splitlines()[0].startswith("Key     ")
+
+
+def _printed(monkeypatch: pytest.MonkeyPatch, show: Callable[..., None], *args: Any) -> str:
+    out = _Terminal()
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "stdout", out)
+        show(*args)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "term", ["xterm-256color", "xterm", "screen", "", "dumb", "unknown", "xterm truecolor"]
+)
+@pytest.mark.parametrize("colour", [True, False])
+def test_a_terminal_gets_from_plain_lines_what_rich_writes_to_it(
+    monkeypatch: pytest.MonkeyPatch, term: str, colour: bool
+) -> None:
+    """A terminal's tables and details come from `plain_lines` where it can write what rich
+    writes (bold headers included), at any width: the same text as rich's."""
+    name, _, colorterm = term.partition(" ")
+    monkeypatch.setenv("TERM", name)
+    monkeypatch.setenv("COLORTERM", colorterm)
+    monkeypatch.setattr(state, "no_color", not colour)
+    rng = random.Random(f"{term}{colour}")
+    grids = [[["RUN", "PHASE"], ["r1", "TRAINING"]], [["ONE"]], [["A", "B"], ["", ""]]]
+    for _ in range(40):
+        columns, rows = rng.randint(1, 5), rng.randint(0, 4)
+        titles = [_random_cell(rng) or "H" for _ in range(columns)]
+        grids.append([titles, *([_random_cell(rng) for _ in range(columns)] for _ in range(rows))])
+    for grid in grids:
+        natural = sum(max(len(row[i]) for row in grid) for i in range(len(grid[0])))
+        natural += COLUMN_GAP * (len(grid[0]) - 1)
+        for width in (natural - 1, natural, natural + 1, 80):
+            monkeypatch.setenv("COLUMNS", str(max(width, 1) + 2))
+            for header in (True, False):
+                ours = _printed(monkeypatch, _grid, grid, "  ", header)
+                theirs = _printed(monkeypatch, _print, rich_grid(grid, header), "  ")
+                assert ours == theirs, (grid, width, header)

@@ -136,33 +136,63 @@ def human_bytes(n: float | None) -> str:
 
 def _grid(grid: list[list[str]], indent: str, header: bool) -> None:
     """Print the rows of `grid` (the first one the headers, bold on a terminal, when `header`)
-    as columns: rendered by rich, or, when stdout is not a terminal and every cell is plain
-    text, by `plain_lines`, which writes the same lines some 0.07 s sooner (rich's import
-    and its layout of each cell)."""
-    if not sys.stdout.isatty():
+    as columns. rich renders them, unless `plain_lines` can write the very same lines: then
+    they come some 0.07 s sooner (rich's import and its layout of each cell)."""
+    terminal = sys.stdout.isatty()
+    styled = terminal and _styled()
+    lines = None
+    if not terminal:
         lines = plain_lines(grid)
-        if lines is not None:
-            _write(lines, indent)
-            return
-    _print(rich_grid(grid, header), indent)
+    elif sys.platform != "win32" and "IPython" not in sys.modules and not _dumb_terminal():
+        # What rich renders on such a terminal: the headers in bold (escape codes) when
+        # styled, every cell as written; elsewhere (Windows, Jupyter, TERM=dumb) rich
+        # decides alone.
+        width = shutil.get_terminal_size().columns - len(indent)
+        lines = plain_lines(grid, width, bold_header=header and styled)
+    if lines is None:
+        _print(rich_grid(grid, header), indent)
+    else:
+        _write(lines, indent)
 
 
-def plain_lines(grid: list[list[str]]) -> list[str] | None:
-    """The lines rich renders `grid` as for a pipe (left-aligned columns `COLUMN_GAP` spaces
-    apart, each row on one line), when each cell is printable ASCII on one line (one column a
-    character, no control codes: nothing rich measures or strips otherwise); else None."""
+def plain_lines(
+    grid: list[list[str]], width: int = PIPE_WIDTH, bold_header: bool = False
+) -> list[str] | None:
+    """The lines rich renders `grid` as (left-aligned columns `COLUMN_GAP` spaces apart, each
+    row on one line), when each cell is printable ASCII on one line (one column a character,
+    no control codes: nothing rich measures or strips otherwise) and the rows fit in `width`;
+    else None. `bold_header`: the first row in bold, as rich writes it on a terminal."""
     columns = len(grid[0])
     if any(len(row) != columns for row in grid):
         return None
     if not all(text.isascii() and text.isprintable() for row in grid for text in row):
         return None
     widths = [max(len(row[i]) for row in grid) for i in range(columns)]
-    if sum(widths) + COLUMN_GAP * (columns - 1) > PIPE_WIDTH:
+    if sum(widths) + COLUMN_GAP * (columns - 1) > width:
         return None
     gap = " " * COLUMN_GAP
-    return [
-        gap.join(text.ljust(width) for text, width in zip(row, widths, strict=True)) for row in grid
-    ]
+    lines = [gap.join(text.ljust(w) for text, w in zip(row, widths, strict=True)) for row in grid]
+    if bold_header:
+        if not all(grid[0]):
+            return None
+        # rich styles each header cell (padded to its column) and each gap apart.
+        bold = [f"{_BOLD}{text.ljust(w)}{_RESET}" for text, w in zip(grid[0], widths, strict=True)]
+        lines[0] = f"{_BOLD}{gap}{_RESET}".join(bold)
+    return lines
+
+
+_BOLD = "\x1b[1m"
+_RESET = "\x1b[0m"
+
+
+def _styled() -> bool:
+    """Whether a terminal gets styling: unless colour is off (``--no-color``, ``NO_COLOR``)."""
+    return not (state.no_color or os.environ.get("NO_COLOR"))
+
+
+def _dumb_terminal() -> bool:
+    # rich writes no styling at all to these (its `Console.is_dumb_terminal`).
+    return os.environ.get("TERM", "").lower() in ("dumb", "unknown")
 
 
 def rich_grid(grid: list[list[str]], header: bool) -> Any:
@@ -206,7 +236,7 @@ def _print(renderable: Any, indent: str) -> None:
     from rich.console import Console
 
     terminal = sys.stdout.isatty()
-    styled = terminal and not (state.no_color or os.environ.get("NO_COLOR"))
+    styled = terminal and _styled()
     buffer = io.StringIO()
     console = Console(
         file=buffer,
