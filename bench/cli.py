@@ -29,7 +29,7 @@ and the API's nouns are missing from it, though what they import is there.
     made when typer imports the module to render a help page (`cli.lazy.when_imported`).
   - httpx imports its own command line (`httpx._main`) when it can, and with it click,
     pygments and rich's progress bars and syntax: about 0.04 s. The CLI imports httpx with
-    that import made to fail once (`cli.state._import_httpx`), as httpx allows.
+    that import made to fail once (`cli.state.import_httpx`), as httpx allows.
   - `httpx.Client()` read certifi's CA bundle (`load_verify_locations`): about 0.04 s, for a
     trainer reached over plain http as well. The client's TLS context is now built by the
     first https connection (`client/tls.py`, httpx's own `verify=True` context).

@@ -114,8 +114,8 @@ def test_the_client_is_imported_without_httpx_command_line() -> None:
     trainer; httpx itself is whole, and its command line can still be imported."""
     code = (
         "import sys\n"
-        "from akka_training.cli.state import _import_httpx\n"
-        "_import_httpx()\n"
+        "from akka_training.cli.state import import_httpx\n"
+        "import_httpx()\n"
         "import akka_training.client.connection\n"
         "print(sorted(m for m in ('click', 'pygments', 'rich', 'httpx._main') if m in sys.modules))\n"
         "import httpx\n"

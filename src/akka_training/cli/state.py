@@ -66,7 +66,7 @@ class State:
         """The trainer's URL and the token to call it with (a login is exchanged here)."""
         # Imported when a command first needs the trainer: httpx, pydantic and the API's
         # models are not worth loading for `akka --help` or `akka config`.
-        _import_httpx()
+        import_httpx()
         self._without_pydantic_plugins()
         from akka_training.client.connection import resolve
 
@@ -113,7 +113,7 @@ state = State()
 _NO_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
 
 
-def _import_httpx() -> None:
+def import_httpx() -> None:
     """Import httpx without its command line (`httpx._main`): httpx imports it when it can, and
     with it click, pygments and rich's progress bars and syntax highlighting, about 0.04 s that
     no command of the CLI uses. httpx goes without it when it cannot be imported (its own
