@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import io
+import random
+import string
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from akka_training.cli.output import details, table
+from akka_training.cli.output import (
+    COLUMN_GAP,
+    _grid,
+    _print,
+    details,
+    plain_lines,
+    rich_grid,
+    table,
+)
 from akka_training.cli.state import state
 
 
@@ -155,3 +167,87 @@ def test_a_runs_snapshots_table_shows_what_each_part_holds_in_the_store(
     assert lines[1].split()[3:5] == ["yes", "yes"]  # stored, size not measured
     assert lines[2].split()[3:7] == ["1.5", "KiB", "3.0", "MiB"]
     assert lines[3].split()[3:6] == ["1.5", "KiB", "no"]
+
+
+def _rich_for_a_pipe(grid: list[list[str]], header: bool, monkeypatch: pytest.MonkeyPatch) -> str:
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    _print(rich_grid(grid, header), "")
+    monkeypatch.undo()
+    return out.getvalue()
+
+
+def _random_cell(rng: random.Random) -> str:
+    alphabet = string.ascii_letters + string.digits + string.punctuation + "    "
+    return "".join(rng.choice(alphabet) for _ in range(rng.choice([0, 0, 1, 3, 8, 20])))
+
+
+def test_a_piped_grid_of_plain_text_is_written_as_rich_writes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pipe gets its tables and details from `plain_lines`, without rich: the same text."""
+    rng = random.Random(20)
+    grids = [
+        [["RUN", "PHASE"]],
+        [["A", "B", "C"], ["", "", ""], ["  lead", "trail  ", " both "]],
+        [["ONLY"], ["x" * 300], [""]],
+        [["K", ""], ["", ""]],
+    ]
+    for _ in range(200):
+        columns, rows = rng.randint(1, 6), rng.randint(0, 6)
+        grids.append([[_random_cell(rng) for _ in range(columns)] for _ in range(rows + 1)])
+    for grid in grids:
+        lines = plain_lines(grid)
+        assert lines is not None
+        plain = "".join(line.rstrip() + "\n" for line in lines)
+        for header in (True, False):
+            assert plain == _rich_for_a_pipe(grid, header, monkeypatch), grid
+
+
+@pytest.mark.parametrize(
+    "text", ["tab\there", "two\nlines", "caf\u00e9", "\u6f22\u5b57", "bell\x07", "cr\r"]
+)
+def test_text_rich_measures_or_strips_is_left_to_rich(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert plain_lines([["NAME", "VALUE"], ["key", text]]) is None
+    details([("Key", text), ("Other", "x")])
+    assert capsys.readouterr().out.splitlines()[0].startswith("Key     ")
+
+
+def _printed(monkeypatch: pytest.MonkeyPatch, show: Callable[..., None], *args: Any) -> str:
+    out = _Terminal()
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "stdout", out)
+        show(*args)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "term", ["xterm-256color", "xterm", "screen", "", "dumb", "unknown", "xterm truecolor"]
+)
+@pytest.mark.parametrize("colour", [True, False])
+def test_a_terminal_gets_from_plain_lines_what_rich_writes_to_it(
+    monkeypatch: pytest.MonkeyPatch, term: str, colour: bool
+) -> None:
+    """A terminal's tables and details come from `plain_lines` where it can write what rich
+    writes (bold headers included), at any width: the same text as rich's."""
+    name, _, colorterm = term.partition(" ")
+    monkeypatch.setenv("TERM", name)
+    monkeypatch.setenv("COLORTERM", colorterm)
+    monkeypatch.setattr(state, "no_color", not colour)
+    rng = random.Random(f"{term}{colour}")
+    grids = [[["RUN", "PHASE"], ["r1", "TRAINING"]], [["ONE"]], [["A", "B"], ["", ""]]]
+    for _ in range(40):
+        columns, rows = rng.randint(1, 5), rng.randint(0, 4)
+        titles = [_random_cell(rng) or "H" for _ in range(columns)]
+        grids.append([titles, *([_random_cell(rng) for _ in range(columns)] for _ in range(rows))])
+    for grid in grids:
+        natural = sum(max(len(row[i]) for row in grid) for i in range(len(grid[0])))
+        natural += COLUMN_GAP * (len(grid[0]) - 1)
+        for width in (natural - 1, natural, natural + 1, 80):
+            monkeypatch.setenv("COLUMNS", str(max(width, 1) + 2))
+            for header in (True, False):
+                ours = _printed(monkeypatch, _grid, grid, "  ", header)
+                theirs = _printed(monkeypatch, _print, rich_grid(grid, header), "  ")
+                assert ours == theirs, (grid, width, header)

@@ -1,8 +1,11 @@
 """The CLI starts without the training stack."""
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
 
 HEAVY = ("torch", "transformers", "trl", "verl", "peft", "fastapi", "sqlalchemy")
 
@@ -89,3 +92,58 @@ def test_a_group_lists_each_lazy_subgroup_with_its_own_help() -> None:
         loaded = entry.load(name)
         assert (loaded.name, loaded.help, loaded.hidden) == (name, entry.help, entry.hidden)
         assert entry.listing(name).get_short_help_str() == loaded.get_short_help_str()
+
+
+def test_no_color_is_set_on_the_help_renderer_without_importing_it() -> None:
+    code = (
+        "import sys\n"
+        "from akka_training.cli.main import extract_globals\n"
+        "extract_globals(['--no-color', 'training', 'runs', 'list'])\n"
+        "print('typer.rich_utils' in sys.modules)\n"
+        "import typer.rich_utils\n"
+        "print(typer.rich_utils.COLOR_SYSTEM)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == ["False", "None"]
+
+
+def test_the_client_is_imported_without_httpx_command_line() -> None:
+    """httpx's own command line (click, pygments, rich) stays out of a command that calls the
+    trainer; httpx itself is whole, and its command line can still be imported."""
+    code = (
+        "import sys\n"
+        "from akka_training.cli.state import import_httpx\n"
+        "import_httpx()\n"
+        "import akka_training.client.connection\n"
+        "print(sorted(m for m in ('click', 'pygments', 'rich', 'httpx._main') if m in sys.modules))\n"
+        "import httpx\n"
+        "assert httpx.Client and httpx.create_ssl_context\n"
+        "import httpx._main\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_command_validates_answers_without_pydantic_plugins_and_then_restores_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from akka_training.cli.state import State
+
+    monkeypatch.delenv("PYDANTIC_DISABLE_PLUGINS", raising=False)
+    monkeypatch.setenv("TRAINER_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AKKA_CONFIG", "/nonexistent/akka-config.yaml")
+    state = State()
+    state.connection()
+    assert os.environ["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
+    state.close()
+    assert "PYDANTIC_DISABLE_PLUGINS" not in os.environ
+    # A value the user set is left as it is.
+    monkeypatch.setenv("PYDANTIC_DISABLE_PLUGINS", "logfire")
+    state = State()
+    state.connection()
+    state.close()
+    assert os.environ["PYDANTIC_DISABLE_PLUGINS"] == "logfire"

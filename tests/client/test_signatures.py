@@ -48,3 +48,39 @@ def test_the_calls_the_cli_and_the_guide_use_are_there() -> None:
         "wait_pipeline", "register_bundle", "create_token", "whoami",
     ):  # fmt: skip
         assert name in found, name
+
+
+def test_the_client_imports_a_nouns_models_when_a_call_first_needs_them() -> None:
+    """Importing the client defines no model: `api.runs` and the others are imported when a
+    call (or a type hint, as above) first reaches them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from akka_training.client import TrainerClient\n"
+        "from akka_training import api\n"
+        "print(sorted(m for m in sys.modules if m.startswith('akka_training.api.')))\n"
+        "api.runs.RunSummary\n"
+        "print(sorted(m for m in sys.modules if m.startswith('akka_training.api.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = out.stdout.strip().splitlines()
+    assert before == "[]"
+    assert after == "['akka_training.api.base', 'akka_training.api.runs']"
+
+
+def test_api_runs_re_exports_the_run_plan_when_asked_for_it() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import akka_training.api.runs as runs\n"
+        "print('akka_training.core.plans' in sys.modules)\n"
+        "from akka_training.api.runs import RunPlan\n"
+        "from akka_training.core.plans import RunPlan as plan\n"
+        "print(RunPlan is plan is runs.RunPlan)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

@@ -4,7 +4,7 @@ a run. The plan a run starts from is `core.plans.RunPlan`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -17,7 +17,21 @@ from akka_training.api.base import (
 )
 from akka_training.core.bounds import Int, Name
 from akka_training.core.limits import INT32_MAX
-from akka_training.core.plans import RunPlan
+
+if TYPE_CHECKING:
+    from akka_training.core.plans import RunPlan
+else:
+
+    def __getattr__(name: str) -> Any:
+        # `RunPlan` is re-exported from `core.plans` when first asked for: no model here holds
+        # a plan, and defining the plans' models takes some 8 ms that `runs list` (and every
+        # command but `runs start`) would pay.
+        if name == "RunPlan":
+            from akka_training.core.plans import RunPlan
+
+            return RunPlan
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Cost",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from akka_training.cli.output import confirm, details, emit, say, table, when
-from akka_training.cli.state import state
+from akka_training.cli.state import import_httpx, state
 from akka_training.client.contexts import Context
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ def login(
 ) -> None:
     """Store a login in a context (the current one, or --name / --context), after checking it."""
     # Imported here, as every command that needs the trainer does: see `State.connection`.
+    import_httpx()
     from akka_training.client.trainer import TrainerClient
 
     config = state.config

@@ -5,18 +5,27 @@
 module and no other noun's. A group names each lazy subgroup with the module that holds its
 `typer.Typer` (`app`, or a function returning one) and the help its parent lists; a test keeps
 that help equal to the loaded group's own.
+
+`when_imported` runs a function on a module once something imports it: a setting of a module
+the CLI may never need (typer's help renderer) is made without importing it.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping, MutableMapping
+import sys
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 from typer import _click
 from typer.core import TyperCommand, TyperGroup
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
 
 
 @dataclass(frozen=True)
@@ -124,3 +133,60 @@ def lazy_group(lazy: Mapping[str, Lazy]) -> type[LazyGroup]:
     """A `LazyGroup` class for `typer.Typer(cls=...)` with these lazy subgroups, in this
     order after the group's own commands."""
     return type("LazyGroup", (LazyGroup,), {"LAZY": dict(lazy)})
+
+
+def when_imported(name: str, then: Callable[[ModuleType], None]) -> None:
+    """Call `then(module)` once module `name` is imported: now if it already is, else right
+    after it is first executed (whoever imports it)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        then(module)
+        return
+    for finder in sys.meta_path:
+        if isinstance(finder, _AfterImport) and finder.name == name:
+            finder.then.append(then)
+            return
+    sys.meta_path.insert(0, _AfterImport(name, [then]))
+
+
+class _AfterImport:
+    """A finder of `sys.meta_path`: finds `name` as the other finders do, and has its loader
+    call `then` after it. (Neither it nor `_Then` derives from `importlib.abc`, whose import
+    would cost each command some 2 ms.)"""
+
+    def __init__(self, name: str, then: list[Callable[[ModuleType], None]]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        from importlib.util import find_spec
+
+        spec = find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = cast("Loader", _Then(spec.loader, self.then))
+        return spec
+
+
+class _Then:
+    """A module's own loader, then the calls waiting for the module."""
+
+    def __init__(self, loader: Loader, then: list[Callable[[ModuleType], None]]) -> None:
+        self.loader = loader
+        self.then = then
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        for then in self.then:
+            then(module)
+
+    def __getattr__(self, name: str) -> Any:
+        # get_source, get_filename, is_package...: the module's own loader answers.
+        return getattr(self.loader, name)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 import typer
 
 from akka_training.cli import exits
-from akka_training.cli.lazy import Lazy, lazy_group
+from akka_training.cli.lazy import Lazy, lazy_group, when_imported
 from akka_training.cli.state import state
 from akka_training.core.errors import AkkaError
 
@@ -110,12 +111,17 @@ def extract_globals(argv: list[str]) -> list[str]:
         # rich (tables, progress) reads the variable when it starts a console; help pages
         # take no styling at all (bold and dim included).
         os.environ["NO_COLOR"] = "1"
-        import typer.rich_utils
-
-        typer.rich_utils.COLOR_SYSTEM = None
+        # typer renders help pages with `typer.rich_utils`, imported only to render one (it
+        # imports rich's console, markdown and tracebacks: about 0.05 s a command would pay).
+        when_imported("typer.rich_utils", _no_help_colors)
     if os.environ.get("AKKA_DEBUG"):
         state.debug = True
     return rest
+
+
+def _no_help_colors(rich_utils: Any) -> None:
+    # typer.rich_utils: its help pages (and rich's errors) take no styling, bold included.
+    rich_utils.COLOR_SYSTEM = None
 
 
 def run() -> None:
@@ -175,8 +181,7 @@ def main(argv: list[str]) -> int:
         _error_out("internal", message, [], hint)
         return exits.FAILED
     finally:
-        if state._client is not None:
-            state._client.close()
+        state.close()
 
 
 def _refusal(exc: AkkaError) -> int:

@@ -70,20 +70,7 @@ def plain(data: Any) -> Any:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "") -> None:
     """Print `rows` under `headers`: left-aligned columns three spaces apart, no borders."""
-    from rich.table import Table
-
-    grid = Table(
-        box=None,
-        show_edge=False,
-        pad_edge=False,
-        padding=(0, COLUMN_GAP, 0, 0),
-        header_style="bold",
-    )
-    for header in headers:
-        grid.add_column(_text(header), justify="left")
-    for row in rows:
-        grid.add_row(*(_text(cell(v)) for v in row))
-    _print(grid, indent)
+    _grid([list(headers), *([cell(v) for v in row] for row in rows)], indent, header=True)
 
 
 def details(rows: Sequence[tuple[str, Any]], indent: str = "") -> None:
@@ -91,14 +78,7 @@ def details(rows: Sequence[tuple[str, Any]], indent: str = "") -> None:
     key; a value of several lines continues in the value column."""
     if not rows:
         return
-    from rich.table import Table
-
-    grid = Table.grid(padding=(0, COLUMN_GAP, 0, 0))
-    grid.add_column(justify="left")
-    grid.add_column(justify="left")
-    for key, value in rows:
-        grid.add_row(_text(key), _text(cell(value)))
-    _print(grid, indent)
+    _grid([[key, cell(value)] for key, value in rows], indent, header=False)
 
 
 def section(title: str) -> None:
@@ -154,6 +134,92 @@ def human_bytes(n: float | None) -> str:
     return f"{n:.1f} TiB"
 
 
+def _grid(grid: list[list[str]], indent: str, header: bool) -> None:
+    """Print the rows of `grid` (the first one the headers, bold on a terminal, when `header`)
+    as columns. rich renders them, unless `plain_lines` can write the very same lines: then
+    they come some 0.07 s sooner (rich's import and its layout of each cell)."""
+    terminal = sys.stdout.isatty()
+    styled = terminal and _styled()
+    lines = None
+    if not terminal:
+        lines = plain_lines(grid)
+    elif sys.platform != "win32" and "IPython" not in sys.modules and not _dumb_terminal():
+        # What rich renders on such a terminal: the headers in bold (escape codes) when
+        # styled, every cell as written; elsewhere (Windows, Jupyter, TERM=dumb) rich
+        # decides alone.
+        width = shutil.get_terminal_size().columns - len(indent)
+        lines = plain_lines(grid, width, bold_header=header and styled)
+    if lines is None:
+        _print(rich_grid(grid, header), indent)
+    else:
+        _write(lines, indent)
+
+
+def plain_lines(
+    grid: list[list[str]], width: int = PIPE_WIDTH, bold_header: bool = False
+) -> list[str] | None:
+    """The lines rich renders `grid` as (left-aligned columns `COLUMN_GAP` spaces apart, each
+    row on one line), when each cell is printable ASCII on one line (one column a character,
+    no control codes: nothing rich measures or strips otherwise) and the rows fit in `width`;
+    else None. `bold_header`: the first row in bold, as rich writes it on a terminal."""
+    columns = len(grid[0])
+    if any(len(row) != columns for row in grid):
+        return None
+    if not all(text.isascii() and text.isprintable() for row in grid for text in row):
+        return None
+    widths = [max(len(row[i]) for row in grid) for i in range(columns)]
+    if sum(widths) + COLUMN_GAP * (columns - 1) > width:
+        return None
+    gap = " " * COLUMN_GAP
+    lines = [gap.join(text.ljust(w) for text, w in zip(row, widths, strict=True)) for row in grid]
+    if bold_header:
+        if not all(grid[0]):
+            return None
+        # rich styles each header cell (padded to its column) and each gap apart.
+        bold = [f"{_BOLD}{text.ljust(w)}{_RESET}" for text, w in zip(grid[0], widths, strict=True)]
+        lines[0] = f"{_BOLD}{gap}{_RESET}".join(bold)
+    return lines
+
+
+_BOLD = "\x1b[1m"
+_RESET = "\x1b[0m"
+
+
+def _styled() -> bool:
+    """Whether a terminal gets styling: unless colour is off (``--no-color``, ``NO_COLOR``)."""
+    return not (state.no_color or os.environ.get("NO_COLOR"))
+
+
+def _dumb_terminal() -> bool:
+    # rich writes no styling at all to these (its `Console.is_dumb_terminal`).
+    return os.environ.get("TERM", "").lower() in ("dumb", "unknown")
+
+
+def rich_grid(grid: list[list[str]], header: bool) -> Any:
+    """`grid` as a rich table without borders (`header`: its first row as bold headers)."""
+    from rich.table import Table
+
+    if header:
+        rendered = Table(
+            box=None,
+            show_edge=False,
+            pad_edge=False,
+            padding=(0, COLUMN_GAP, 0, 0),
+            header_style="bold",
+        )
+        for title in grid[0]:
+            rendered.add_column(_text(title), justify="left")
+        rows = grid[1:]
+    else:
+        rendered = Table.grid(padding=(0, COLUMN_GAP, 0, 0))
+        for _ in grid[0]:
+            rendered.add_column(justify="left")
+        rows = grid
+    for row in rows:
+        rendered.add_row(*(_text(text) for text in row))
+    return rendered
+
+
 def _text(value: str) -> Any:
     # A Text is printed as it is: no markup (`[1, 2)` stays), no emoji codes, no highlighting.
     from rich.text import Text
@@ -170,7 +236,7 @@ def _print(renderable: Any, indent: str) -> None:
     from rich.console import Console
 
     terminal = sys.stdout.isatty()
-    styled = terminal and not (state.no_color or os.environ.get("NO_COLOR"))
+    styled = terminal and _styled()
     buffer = io.StringIO()
     console = Console(
         file=buffer,
@@ -183,5 +249,9 @@ def _print(renderable: Any, indent: str) -> None:
         markup=False,
     )
     console.print(renderable)
-    for line in buffer.getvalue().splitlines():
+    _write(buffer.getvalue().splitlines(), indent)
+
+
+def _write(lines: Sequence[str], indent: str) -> None:
+    for line in lines:
         sys.stdout.write(f"{indent}{line}".rstrip() + "\n")

@@ -7,6 +7,8 @@ found by `akka_training.client.connect`, exactly as a Python user's `connect()` 
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -30,6 +32,7 @@ class State:
     _client: TrainerClient | None = field(default=None, repr=False)
     _connection: Connection | None = field(default=None, repr=False)
     _config: ConfigFile | None = field(default=None, repr=False)
+    _plugins_off: bool = field(default=False, repr=False)
 
     @property
     def config(self) -> ConfigFile:
@@ -63,6 +66,8 @@ class State:
         """The trainer's URL and the token to call it with (a login is exchanged here)."""
         # Imported when a command first needs the trainer: httpx, pydantic and the API's
         # models are not worth loading for `akka --help` or `akka config`.
+        import_httpx()
+        self._without_pydantic_plugins()
         from akka_training.client.connection import resolve
 
         if self._connection is None:
@@ -73,6 +78,23 @@ class State:
         if self._client is None:
             self._client = self.connection().client()
         return self._client
+
+    def close(self) -> None:
+        """The command is done: the client's connections closed, pydantic's plugins back on."""
+        if self._client is not None:
+            self._client.close()
+        if self._plugins_off:
+            os.environ.pop(_NO_PLUGINS, None)
+            self._plugins_off = False
+
+    def _without_pydantic_plugins(self) -> None:
+        """The trainer's answers are validated without pydantic's plugins, as typer validates
+        the command line: looking for plugins reads the entry points of every installed
+        distribution (0.01 to 0.02 s in a full environment) on the first validator pydantic
+        builds. A value of the variable already set stays."""
+        if _NO_PLUGINS not in os.environ:
+            os.environ[_NO_PLUGINS] = "__all__"
+            self._plugins_off = True
 
     def project(self, given: str | None) -> str:
         if given:
@@ -87,3 +109,20 @@ class State:
 
 
 state = State()
+
+_NO_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
+
+
+def import_httpx() -> None:
+    """Import httpx without its command line (`httpx._main`): httpx imports it when it can, and
+    with it click, pygments and rich's progress bars and syntax highlighting, about 0.04 s that
+    no command of the CLI uses. httpx goes without it when it cannot be imported (its own
+    fallback), so the import is made to fail, once; a later import of `httpx._main` works."""
+    if "httpx" in sys.modules or "httpx._main" in sys.modules:
+        return
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]
+    try:
+        import httpx  # noqa: F401
+    finally:
+        if sys.modules.get("httpx._main", ...) is None:
+            del sys.modules["httpx._main"]

@@ -8,35 +8,49 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from akka_training.api.adapters import AdapterFile, AdapterManifest, Downloaded, MergeRequest
-from akka_training.api.tasks import TaskRecord
+from akka_training import api
 from akka_training.client.runs import RunsApi
 from akka_training.client.tasks import TASK_ENDED, TasksApi
 from akka_training.core.downloads import download_directory
 from akka_training.core.errors import AkkaError, InvalidRequest
+
+if TYPE_CHECKING:
+    # The models are named api.<noun>.<Model>: `akka_training.api` imports a noun's module
+    # when a call first needs it. These imports tell mypy what those modules hold.
+    import akka_training.api.adapters
+    import akka_training.api.tasks  # noqa: F401
 
 
 class AdaptersApi(RunsApi, TasksApi):
     # A merge is a task: `export_merged` follows it with `wait_task` (and names the directory
     # after the run's record).
 
-    def adapter_manifest(self, run_ref: str, snapshot: str | None = None) -> AdapterManifest:
+    def adapter_manifest(
+        self, run_ref: str, snapshot: str | None = None
+    ) -> api.adapters.AdapterManifest:
         """The files of the run's final adapter (or of one snapshot's weights)."""
         params = {"snapshot": snapshot}
-        return self.call(AdapterManifest, "GET", f"/v1/runs/{run_ref}/adapter", params=params)
+        return self.call(
+            api.adapters.AdapterManifest, "GET", f"/v1/runs/{run_ref}/adapter", params=params
+        )
 
-    def merged_manifest(self, run_ref: str, snapshot: str | None = None) -> AdapterManifest:
+    def merged_manifest(
+        self, run_ref: str, snapshot: str | None = None
+    ) -> api.adapters.AdapterManifest:
         """The files of the merged model a merge made (`merge_run`)."""
         params = {"snapshot": snapshot}
-        return self.call(AdapterManifest, "GET", f"/v1/runs/{run_ref}/merged", params=params)
+        return self.call(
+            api.adapters.AdapterManifest, "GET", f"/v1/runs/{run_ref}/merged", params=params
+        )
 
-    def merge_run(self, run_ref: str, snapshot: str | None = None) -> TaskRecord:
+    def merge_run(self, run_ref: str, snapshot: str | None = None) -> api.tasks.TaskRecord:
         """Start merging the run's adapter (or a snapshot's weights) into its base model, as a
         task on the trainer's cluster; the task (the one already asked for, if any)."""
-        body = MergeRequest(snapshot=snapshot).to_json()
-        return self.call(TaskRecord, "POST", f"/v1/runs/{run_ref}/merged", json=body)
+        body = api.adapters.MergeRequest(snapshot=snapshot).to_json()
+        return self.call(api.tasks.TaskRecord, "POST", f"/v1/runs/{run_ref}/merged", json=body)
 
     def download_adapter(
         self,
@@ -46,7 +60,7 @@ class AdaptersApi(RunsApi, TasksApi):
         *,
         overwrite: bool = False,
         progress: Callable[[int], None] | None = None,
-    ) -> Downloaded:
+    ) -> api.adapters.Downloaded:
         """Write the run's final adapter (or a snapshot's weights) into `dest` (default: a
         directory named after the run's modelName or id, in the working directory):
         ``adapter_config.json``, ``adapter_model.safetensors``, the tokenizer files, the model
@@ -64,9 +78,9 @@ class AdaptersApi(RunsApi, TasksApi):
         *,
         overwrite: bool = False,
         progress: Callable[[int], None] | None = None,
-        on_update: Callable[[TaskRecord], None] | None = None,
+        on_update: Callable[[api.tasks.TaskRecord], None] | None = None,
         timeout: float | None = None,
-    ) -> Downloaded:
+    ) -> api.adapters.Downloaded:
         """Merge the run's adapter into its base model on the trainer's cluster (or reuse the
         merge done before), wait for it, and write the merged model (safetensors, config,
         tokenizer, card, settings) into `dest` (default: ``<name>-merged``). `on_update` sees
@@ -96,13 +110,13 @@ class AdaptersApi(RunsApi, TasksApi):
 
     def download_manifest(
         self,
-        manifest: AdapterManifest,
+        manifest: api.adapters.AdapterManifest,
         dest: str | Path | None = None,
         *,
         overwrite: bool = False,
         progress: Callable[[int], None] | None = None,
         task: str | None = None,
-    ) -> Downloaded:
+    ) -> api.adapters.Downloaded:
         """Write the files `manifest` lists into `dest`, checking each one's size and sha256."""
         target = Path(dest) if dest is not None else Path.cwd() / manifest.directory
         fresh = _check_dest(target, overwrite)
@@ -117,7 +131,7 @@ class AdaptersApi(RunsApi, TasksApi):
             if fresh:
                 _remove_empty_dirs(target)
             raise
-        return Downloaded(
+        return api.adapters.Downloaded(
             run=manifest.run,
             kind=manifest.kind,
             snapshot=manifest.snapshot,
@@ -131,8 +145,8 @@ class AdaptersApi(RunsApi, TasksApi):
 
     def _fetch(
         self,
-        manifest: AdapterManifest,
-        entry: AdapterFile,
+        manifest: api.adapters.AdapterManifest,
+        entry: api.adapters.AdapterFile,
         target: Path,
         progress: Callable[[int], None] | None,
     ) -> Path:

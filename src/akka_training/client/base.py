@@ -18,6 +18,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter
 
 from akka_training.client.retries import NO_RETRIES, SAFE_METHODS, RetryPolicy
+from akka_training.client.tls import DeferredTLS
 from akka_training.core.errors import (
     AkkaError,
     InvalidRequest,
@@ -43,7 +44,10 @@ class BaseClient:
         again (`client.retries`; `NO_RETRIES` sends each once)."""
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        # The TLS context (its CA bundle) is built by the first https connection, not here.
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, verify=DeferredTLS()
+        )
         self._refresh = refresh
         self.retries = retries or RetryPolicy()
 

@@ -5,19 +5,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import TYPE_CHECKING, BinaryIO, cast
 from urllib.parse import quote
 
-from akka_training.api.datasets import (
-    AliasSet,
-    DatasetDetail,
-    DatasetSummary,
-    DatasetVersion,
-    Registered,
-)
+from akka_training import api
 from akka_training.client.base import BaseClient
 from akka_training.core.errors import InvalidRequest
 from akka_training.core.refs import BadReference, parse_ref
+
+if TYPE_CHECKING:
+    # The models are named api.<noun>.<Model>: `akka_training.api` imports a noun's module
+    # when a call first needs it. These imports tell mypy what those modules hold.
+    import akka_training.api.datasets  # noqa: F401
 
 # Bytes read and sent at a time: large enough that the upload is not bound by per-chunk costs.
 CHUNK_BYTES = 1024 * 1024
@@ -34,7 +33,7 @@ class DatasetsApi(BaseClient):
         alias: str | None = None,
         size: int | None = None,
         progress: Callable[[int], None] | None = None,
-    ) -> Registered:
+    ) -> api.datasets.Registered:
         """Stream a JSONL file into a new version of `name` (``PROJECT/NAME``); returns the
         version, with ``.created`` false when the same content was registered before. `source` is
         a path, a binary file or an iterable of bytes; `size` (known for a path) lets the trainer
@@ -57,7 +56,7 @@ class DatasetsApi(BaseClient):
         if size is not None:
             headers["Content-Length"] = str(size)
         return self.call(
-            Registered,
+            api.datasets.Registered,
             "POST",
             f"/v1/datasets/{project}/{dataset}",
             params={"alias": alias},
@@ -66,22 +65,26 @@ class DatasetsApi(BaseClient):
             timeout=UPLOAD_TIMEOUT,
         )
 
-    def datasets(self, project: str | None = None) -> list[DatasetSummary]:
+    def datasets(self, project: str | None = None) -> list[api.datasets.DatasetSummary]:
         """Every dataset name you can see (or one project's), with its newest version."""
-        return self.call(list[DatasetSummary], "GET", "/v1/datasets", params={"project": project})
+        return self.call(
+            list[api.datasets.DatasetSummary], "GET", "/v1/datasets", params={"project": project}
+        )
 
-    def dataset(self, ref: str) -> DatasetDetail:
+    def dataset(self, ref: str) -> api.datasets.DatasetDetail:
         """The version a reference names (``PROJECT/NAME[:vN|:ALIAS|@sha256:PREFIX]``), with
         the list of its name's versions."""
-        return self.call(DatasetDetail, "GET", _path(ref))
+        return self.call(api.datasets.DatasetDetail, "GET", _path(ref))
 
-    def dataset_versions(self, name: str) -> list[DatasetVersion]:
+    def dataset_versions(self, name: str) -> list[api.datasets.DatasetVersion]:
         """Every version of ``PROJECT/NAME``, oldest first."""
-        return self.call(list[DatasetVersion], "GET", _path(name) + "/versions")
+        return self.call(list[api.datasets.DatasetVersion], "GET", _path(name) + "/versions")
 
-    def set_dataset_alias(self, ref: str, alias: str) -> AliasSet:
+    def set_dataset_alias(self, ref: str, alias: str) -> api.datasets.AliasSet:
         """Point `alias` at the version `ref` names; ``previous`` says where it pointed."""
-        return self.call(AliasSet, "PUT", _path(ref) + f"/aliases/{quote(alias, safe='')}")
+        return self.call(
+            api.datasets.AliasSet, "PUT", _path(ref) + f"/aliases/{quote(alias, safe='')}"
+        )
 
 
 def _split_name(name: str) -> tuple[str, str]:
