@@ -87,7 +87,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         trainer = TrainerProcess(
             Path(tmp),
-            {"trainer": {"dev-models-dir": str(models), "controller": {"interval-seconds": 0.2}}},
+            # A deployment's defaults (the controller's pass every 0.5 s, step reports at most
+            # every 0.5 s): what a user's runs cost.
+            {"trainer": {"dev-models-dir": str(models)}},
         ).start()
         try:
             trainer.cli("training", "projects", "create", "bench")

@@ -198,8 +198,8 @@ def test_rollouts_and_bundles_read_as_sent() -> None:
 
 def test_every_report_kind_has_a_body_and_the_answer_is_a_directive() -> None:
     assert set(REPORTS) == {
-        "started", "training", "steps", "step-batch", "snapshots", "rollouts", "heartbeat",
-        "finished", "stopped", "failed",
+        "started", "training", "steps", "snapshots", "rollouts", "heartbeat", "finished",
+        "stopped", "failed", "batch",
     }  # fmt: skip
     assert Directive.model_validate({"action": "save-and-stop"}).action == "save-and-stop"
     with pytest.raises(ValidationError):

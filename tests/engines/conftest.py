@@ -35,7 +35,7 @@ class ReportServer:
 
     url: str = ""
     reports: list[Report] = field(default_factory=list)
-    # The kind of each request, as it came (a ``step-batch`` request holds several steps).
+    # The kind of each request, as it came (a ``batch`` request holds several reports).
     requests: list[str] = field(default_factory=list)
     script: Script = lambda kind, body, reports: "continue"
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -68,7 +68,7 @@ def report_server() -> Iterator[ReportServer]:
             actions = []
             with server_state.lock:
                 server_state.requests.append(kind)
-                # A step-batch report is recorded as the step reports it holds, in order.
+                # A batch report is recorded as the reports it holds, in order.
                 for one_kind, one in unbatched(kind, body):
                     server_state.reports.append(Report(one_kind, one, token))
                     actions.append(server_state.script(one_kind, one, list(server_state.reports)))

@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from akka_training.core.reports import StepReport
+from akka_training.core.reports import RolloutsReport, SnapshotReport, StepReport
 from akka_training.engines.reporter import HttpReporter
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry.job_metrics import JobTelemetry
@@ -86,9 +86,9 @@ def test_a_step_that_ends_before_its_question_was_sent_asks_at_its_end(
 
 
 def _sent(report_server: ReportServer) -> list[str]:
-    """The step requests as they came: ``steps`` (one step) or ``step-batch`` (several)."""
+    """The step requests as they came: ``steps`` (one step) or ``batch`` (several)."""
     with report_server.lock:
-        return [k for k in report_server.requests if k in ("steps", "step-batch")]
+        return [k for k in report_server.requests if k in ("steps", "batch")]
 
 
 def test_short_steps_go_in_few_requests_every_step_once_in_order_with_its_age(
@@ -108,7 +108,7 @@ def test_short_steps_go_in_few_requests_every_step_once_in_order_with_its_age(
     assert [s["step"] for s in steps] == list(range(1, 21))
     # The first step goes at once, the next ones at most every half second, as one request.
     sent = _sent(report_server)
-    assert sent[0] == "steps" and "step-batch" in sent and len(sent) <= 5, sent
+    assert sent[0] == "steps" and "batch" in sent and len(sent) <= 5, sent
     # Each step says how long it waited: within a request the earlier steps waited longer.
     ages = [s["ago"] for s in steps]
     assert all(0 <= age < 1.0 for age in ages), ages
@@ -173,3 +173,31 @@ def test_a_job_of_short_steps_asks_about_once_an_interval_and_obeys_a_pause_with
         requests = len(report_server.requests)
     assert requests < step / 3, (requests, step)  # not a question and a report every step
     assert [s["step"] for s in report_server.of("steps")] == list(range(1, step + 1))
+
+
+def test_rollout_and_snapshot_reports_go_with_the_steps_in_the_order_they_came(
+    report_server: ReportServer,
+) -> None:
+    reporter = HttpReporter(
+        report_server.url, "run-1", 1, "token", heartbeat_seconds=60, report_seconds=0.5
+    )
+    try:
+        for step in range(1, 11):  # a reinforcement step every 0.03 s: its step, its rollouts
+            reporter.report_step(StepReport(step=step, total_steps=10, metrics={}))
+            reporter.rollouts(RolloutsReport(step=step, blob=f"r/{step}.parquet", count=8))
+            if step % 5 == 0:
+                reporter.snapshot(
+                    SnapshotReport(name=f"step-{step}", step=step, weights=f"s/{step}/")
+                )
+            time.sleep(0.03)
+        reporter.flush(timeout=10)
+    finally:
+        reporter.close()
+    expected = []
+    for step in range(1, 11):
+        expected += ["steps", "rollouts"] + (["snapshots"] if step % 5 == 0 else [])
+    assert report_server.kinds() == expected
+    assert [r["step"] for r in report_server.of("rollouts")] == list(range(1, 11))
+    with report_server.lock:
+        requests = list(report_server.requests)
+    assert "batch" in requests and len(requests) <= 4, requests

@@ -159,7 +159,7 @@ def test_uploads_and_plans_document_their_request_bodies(document: dict[str, Any
     report = ops[("post", "/v1/jobs/{run_id}/attempts/{attempt}/{kind}")]["requestBody"]
     refs = {r["$ref"] for r in report["content"]["application/json"]["schema"]["oneOf"]}
     assert "#/components/schemas/StepReport" in refs and len(refs) == 10
-    assert "#/components/schemas/StepBatchReport" in refs
+    assert "#/components/schemas/BatchReport" in refs
     task = ops[("post", "/v1/tasks/{task_id}/reports/{kind}")]["requestBody"]
     refs = {r["$ref"] for r in task["content"]["application/json"]["schema"]["oneOf"]}
     assert "#/components/schemas/TaskProgressReport" in refs and len(refs) == 4

@@ -213,7 +213,11 @@ def test_metrics_jsonl_gets_one_line_per_step_and_tensorboard_the_scalars(
     events.Reload()
     losses = events.Tensors("sft/loss")
     assert [e.step for e in losses] == [1, 2, 3, 4]
+    assert [e.tensor_proto.float_val[0] for e in losses[:3]] == [2.0, 1.0, pytest.approx(2 / 3)]
+    assert math.isnan(losses[3].tensor_proto.float_val[0])
     assert [e.step for e in events.Tensors("sft/custom")] == [1, 2, 3]
+    # Read as TensorBoard's scalars, as its own writer's `add_scalar` writes them.
+    assert events.SummaryMetadata("sft/learning_rate").plugin_data.plugin_name == "scalars"
     assert receiver.metrics() == []  # no collector endpoint: nothing exported
 
 

@@ -12,13 +12,13 @@ from pydantic import BaseModel
 from akka_training.api.base import ResponseBody
 from akka_training.core.reports import (
     Action,
+    BatchReport,
     FailedReport,
     FinishedReport,
     HeartbeatReport,
     RolloutsReport,
     SnapshotReport,
     StartedReport,
-    StepBatchReport,
     StepReport,
     StoppedReport,
     TrainingReport,
@@ -28,13 +28,13 @@ REPORTS: dict[str, type[BaseModel]] = {
     "started": StartedReport,
     "training": TrainingReport,
     "steps": StepReport,
-    "step-batch": StepBatchReport,
     "snapshots": SnapshotReport,
     "rollouts": RolloutsReport,
     "heartbeat": HeartbeatReport,
     "finished": FinishedReport,
     "stopped": StoppedReport,
     "failed": FailedReport,
+    "batch": BatchReport,
 }
 
 

@@ -27,10 +27,10 @@ def strongest(actions: list[str]) -> str:
 
 
 def unbatched(kind: str, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """A report as the reports it holds: a ``step-batch`` as its ``steps`` reports, in order;
-    any other report as itself."""
-    if kind == "step-batch":
-        return [("steps", step) for step in body.get("steps", [])]
+    """A report as the reports it holds: a ``batch`` as its reports, in order; any other
+    report as itself."""
+    if kind == "batch":
+        return [(r["kind"], r["body"]) for r in body.get("reports", [])]
     return [(kind, body)]
 
 
@@ -87,16 +87,25 @@ class StepReport(PlanModel):
     ago: float | None = Field(None, ge=0, le=MAX_REPORT_AGE_S)
 
 
-# The most step reports one ``step-batch`` report holds (a job sends more as several).
-STEP_BATCH_LIMIT = 1000
+# Reports a job may send several of in one ``batch`` report, and the most one batch holds (a
+# job sends more as several).
+BATCHED_KINDS = ("steps", "rollouts", "snapshots")
+BATCH_LIMIT = 1000
 
 
-class StepBatchReport(PlanModel):
-    """Step reports that queued while the job waited to send (`HttpReporter` sends step
-    reports at most about twice a second): the service takes them in order, as if each had
-    come on its own, and answers once."""
+class BatchedReport(PlanModel):
+    """One report of a ``batch``: its kind and its body, as it would have come alone."""
 
-    steps: list[StepReport] = Field(min_length=1, max_length=STEP_BATCH_LIMIT)
+    kind: Literal["steps", "rollouts", "snapshots"]
+    body: dict[str, Any]
+
+
+class BatchReport(PlanModel):
+    """Reports that queued while the job waited to send (`HttpReporter` sends step, rollout
+    and snapshot reports at most about twice a second): the service takes them in order, as
+    if each had come on its own, and answers once."""
+
+    reports: list[BatchedReport] = Field(min_length=1, max_length=BATCH_LIMIT)
 
 
 class SnapshotReport(PlanModel):

@@ -5,12 +5,12 @@ the network. When the service does not answer (it is restarting), reports wait i
 are retried with back-off for up to `patience` seconds; the job keeps training meanwhile. The
 final report (finished, stopped, failed) is sent synchronously after the queue has drained.
 
-Step reports go at most once every `report_seconds` (``trainer.controller.report-seconds``,
-half a second by default): a step report that comes sooner after the last one sent waits, and
-the step reports that queued meanwhile go as one ``step-batch`` report, before any report of
-another kind, so the service takes every step once and in order. Each carries its age
-(`StepReport.ago`), so the service records the step at the time it ended. When steps take
-longer than that, each step report goes at once, on its own.
+Step, rollout and snapshot reports go at most once every `report_seconds`
+(``trainer.controller.report-seconds``, half a second by default): one that comes sooner after
+the last ones sent waits, and the reports that queued meanwhile go as one ``batch`` report,
+before any report of another kind, so the service takes every report once and in order. Each
+step report carries its age (`StepReport.ago`), so the service records the step at the time it
+ended. When steps take longer than that, each report goes at once, on its own.
 
 Each answer carries a directive (`core.reports.Action`); `action` holds the latest one, which the
 training loop reads after every optimizer step.
@@ -21,8 +21,8 @@ length, less twice the last answer's round trip), so `step_ended` finds the answ
 and the training thread does not wait for the network. When the step ended before that
 question was sent, `step_ended` asks at once. A step shorter than `report_seconds` takes any
 answer to a request sent within its last `report_seconds` as the directive, and its look-ahead
-asks only when there is none; the step reports waiting to go are then the question (they go
-at once), so a job whose steps are short sends about one request every `report_seconds`
+asks only when there is none; the reports waiting to go are then the question (they go at
+once), so a job whose steps are short sends about one request every `report_seconds`
 rather than two at every step. A pause reaches such a job at most about `report_seconds`
 after it was asked, and is obeyed at the end of the step then in progress.
 """
@@ -40,7 +40,8 @@ import httpx
 
 from akka_training.core.reports import (
     ACTION_RANK,
-    STEP_BATCH_LIMIT,
+    BATCH_LIMIT,
+    BATCHED_KINDS,
     Action,
     FailedReport,
     FinishedReport,
@@ -138,8 +139,8 @@ class HttpReporter:
         self._last_asked = float("-inf")
         self._expected_end: float | None = None
         self._scheduled_with = float("-inf")  # `_last_asked` when the look-ahead was set
-        # Step reports wait in the sending thread for their turn (none is being sent).
-        self._steps_waiting = False
+        # Reports wait in the sending thread for their turn (none is being sent).
+        self._reports_waiting = False
         self._round_trip = 0.0
         self._sender = threading.Thread(target=self._send_loop, name="akka-reporter", daemon=True)
         self._beater = threading.Thread(target=self._beat_loop, name="akka-heartbeat", daemon=True)
@@ -270,7 +271,7 @@ class HttpReporter:
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued report was delivered (or given up)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._queue.put(_SEND_NOW)  # step reports waiting to be sent go now
+        self._queue.put(_SEND_NOW)  # reports waiting for their turn go now
         while self._queue.unfinished_tasks:
             if deadline is not None and time.monotonic() > deadline:
                 raise ReportNotDelivered("reports still queued")
@@ -301,27 +302,27 @@ class HttpReporter:
             self._post(kind, body)
 
     def _send_loop(self) -> None:
-        steps: list[_Queued] = []  # step reports waiting to go as one
+        waiting: list[_Queued] = []  # step, rollout and snapshot reports to go as one
         last_sent = float("-inf")
         while True:
-            if steps:
+            if waiting:
                 wait = last_sent + self._coalesce - time.monotonic()
                 try:
                     item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
                 except queue.Empty:
-                    last_sent = self._send_steps(steps)
+                    last_sent = self._send_waiting(waiting)
                     continue
             else:
                 item = self._queue.get()
-            if item is not None and item is not _SEND_NOW and item[0] == "steps":
-                steps.append(item)
+            if item is not None and item[0] in BATCHED_KINDS:
+                waiting.append(item)
                 if time.monotonic() >= last_sent + self._coalesce:
-                    last_sent = self._send_steps(steps)
+                    last_sent = self._send_waiting(waiting)
                 else:
-                    self._steps_waiting = True
+                    self._reports_waiting = True
                 continue
-            if steps:  # the steps before another report go first, in order
-                last_sent = self._send_steps(steps)
+            if waiting:  # the reports before another one (or a flush) go first, in order
+                last_sent = self._send_waiting(waiting)
             try:
                 if item is None:
                     return
@@ -332,24 +333,28 @@ class HttpReporter:
             finally:
                 self._queue.task_done()
 
-    def _send_steps(self, steps: list[_Queued]) -> float:
-        """Send the waiting step reports (one alone as ``steps``, several as ``step-batch``
-        reports), each with its age, and return when the sending began."""
-        self._steps_waiting = False
+    def _send_waiting(self, waiting: list[_Queued]) -> float:
+        """Send the waiting reports (one alone as itself, several as ``batch`` reports), each
+        step report with its age, and return when the sending began."""
+        self._reports_waiting = False
         began = time.monotonic()
-        bodies = [{**body, "ago": round(max(0.0, began - queued), 6)} for _, body, queued in steps]
+        reports: list[tuple[str, dict[str, Any]]] = [
+            (kind, {**body, "ago": round(max(0.0, began - queued), 6)} if kind == "steps" else body)
+            for kind, body, queued in waiting
+        ]
         try:
             if not self.stale:
-                if len(bodies) == 1:
-                    self._post("steps", bodies[0])
-                for i in range(0, len(bodies) if len(bodies) > 1 else 0, STEP_BATCH_LIMIT):
-                    self._post("step-batch", {"steps": bodies[i : i + STEP_BATCH_LIMIT]})
+                if len(reports) == 1:
+                    self._post(*reports[0])
+                for i in range(0, len(reports) if len(reports) > 1 else 0, BATCH_LIMIT):
+                    batch = [{"kind": k, "body": b} for k, b in reports[i : i + BATCH_LIMIT]]
+                    self._post("batch", {"reports": batch})
         except ReportNotDelivered as exc:
-            log.error("step reports %s not delivered: %s", [b.get("step") for b in bodies], exc)
+            log.error("reports %s not delivered: %s", [kind for kind, _ in reports], exc)
         finally:
-            for _ in steps:
+            for _ in waiting:
                 self._queue.task_done()
-            steps.clear()
+            waiting.clear()
         return began
 
     def _ask_loop(self) -> None:
@@ -375,8 +380,8 @@ class HttpReporter:
             answered = False
             if self.stale or self._closed.is_set():
                 pass
-            elif short and self._steps_waiting:
-                # The step reports waiting to go are the question: one request, not two.
+            elif short and self._reports_waiting:
+                # The reports waiting to go are the question: one request, not two.
                 self._queue.put(_SEND_NOW)
                 answered = self._wait_for_answer(asked, timeout=2.0)
             else:

@@ -182,8 +182,8 @@ def test_short_steps_are_each_reported_once_in_fewer_requests_and_a_pause_still_
     assert 5 <= stopped < 200
     assert [s["step"] for s in report_server.of("steps")] == list(range(1, stopped + 1))
     with report_server.lock:
-        requests = [k for k in report_server.requests if k in ("steps", "step-batch", "heartbeat")]
-    assert "step-batch" in requests
+        requests = [k for k in report_server.requests if k in ("steps", "batch", "heartbeat")]
+    assert "batch" in requests
     assert len(requests) < stopped, (len(requests), stopped)
 
 

@@ -394,7 +394,7 @@ def test_run_figures_are_totals_over_the_steps_the_run_kept(
     assert padding == pytest.approx(1 - 5675 / slots)
 
 
-def test_steps_that_came_in_one_report_are_each_kept_at_their_own_time(
+def test_reports_that_came_in_one_batch_are_each_kept_steps_at_their_own_time(
     api: httpx.Client, dataset: Any, trainer: InProcessTrainer
 ) -> None:
     run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
@@ -403,29 +403,62 @@ def test_steps_that_came_in_one_report_are_each_kept_at_their_own_time(
     base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
     assert job.post(f"{base}/started", json={"placement": {"host": "h", "pid": 1}}).is_success
     time.sleep(0.3)  # the steps below ended after the job started
-    # Three short steps that ended 0.25, 0.15 and 0.05 s before their report went.
-    steps = [
-        {"step": n, "totalSteps": 3, "metrics": {"loss": 1.0 / n}, "ago": ago}
-        for n, ago in ((1, 0.25), (2, 0.15), (3, 0.05))
-    ]
+    # Three short steps that ended 0.25, 0.15 and 0.05 s before their report went, and the
+    # snapshot of step 2 between them.
+    keys = f"runs/{run_id}/snapshots/step-2"
+    snapshot = {"name": "step-2", "step": 2, "weights": f"{keys}/weights/"}
+    reports = [
+        {"kind": "steps", "body": {"step": 1, "totalSteps": 3, "metrics": {"loss": 1.0}, "ago": 0.25}},
+        {"kind": "steps", "body": {"step": 2, "totalSteps": 3, "metrics": {"loss": 0.5}, "ago": 0.15}},
+        {"kind": "snapshots", "body": snapshot},
+        {"kind": "steps", "body": {"step": 3, "totalSteps": 3, "metrics": {"loss": 0.25}, "ago": 0.05}},
+    ]  # fmt: skip
     sent = time.time()
-    response = job.post(f"{base}/step-batch", json={"steps": steps})
+    response = job.post(f"{base}/batch", json={"reports": reports})
     assert response.status_code == 200, response.text
     assert response.json() == {"action": "continue"}
 
     kept = api.get(f"/v1/runs/{run_id}/metrics").json()["steps"]
-    assert [(s["step"], s["loss"]) for s in kept] == [(1, 1.0), (2, 0.5), (3, 1 / 3)]
+    assert [(s["step"], s["loss"]) for s in kept] == [(1, 1.0), (2, 0.5), (3, 0.25)]
     at = [datetime.fromisoformat(s["at"]).timestamp() for s in kept]
     assert [round(b - a, 2) for a, b in itertools.pairwise(at)] == [0.1, 0.1]
     assert sent - 0.3 < at[0] < sent
-    assert api.get(f"/v1/runs/{run_id}").json()["progress"]["observedStep"] == 3
+    run = api.get(f"/v1/runs/{run_id}").json()
+    assert (run["progress"]["observedStep"], run["progress"]["savedStep"]) == (3, 2)
+    assert [s["name"] for s in api.get(f"/v1/runs/{run_id}/snapshots").json()] == ["step-2"]
 
-    # A pause asked for meanwhile is the answer to the next report, whichever its kind.
+    # A pause asked for meanwhile is the answer to the next batch.
     assert api.post(f"/v1/runs/{run_id}/pause", json={"checkpoint": "save"}).is_success
-    more = [{"step": 4, "metrics": {"loss": 0.25}, "ago": 0.0}]
-    assert job.post(f"{base}/step-batch", json={"steps": more}).json() == {
-        "action": "save-and-stop"
-    }
+    more = [{"kind": "steps", "body": {"step": 4, "metrics": {"loss": 0.2}, "ago": 0.0}}]
+    assert job.post(f"{base}/batch", json={"reports": more}).json() == {"action": "save-and-stop"}
+
+
+def test_a_batch_holding_a_refused_report_changes_nothing(
+    api: httpx.Client, dataset: Any, trainer: InProcessTrainer
+) -> None:
+    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    launch = trainer.admit(run_id)
+    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    reports = [
+        {"kind": "steps", "body": {"step": 1, "metrics": {"loss": 1.0}}},
+        {"kind": "steps", "body": {"step": 0, "metrics": {"loss": 0.5}}},
+    ]
+    response = job.post(
+        f"/v1/jobs/{run_id}/attempts/{launch.attempt}/batch", json={"reports": reports}
+    )
+    status, body = answer(response)
+    assert status == 422
+    assert body["error"]["message"].startswith(
+        "The steps report 1 of the batch was refused (1 problem):"
+    )
+    assert [p["field"] for p in body["error"]["problems"]] == ["reports[1].body.step"]
+    assert api.get(f"/v1/runs/{run_id}/metrics").json()["steps"] == []
+    finished = {"kind": "finished", "body": {"adapter": "a/", "step": 1}}
+    status, body = answer(
+        job.post(f"/v1/jobs/{run_id}/attempts/{launch.attempt}/batch", json={"reports": [finished]})
+    )
+    assert status == 422
+    assert [p["field"] for p in body["error"]["problems"]] == ["reports[0].kind"]
 
 
 def test_a_step_report_older_than_its_attempt_is_kept_at_the_attempt_s_start(

@@ -111,7 +111,7 @@ class RecordingService:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 kind = self.path.rsplit("/", 1)[-1]
                 actions = []
-                for one_kind, one in unbatched(kind, body):  # a step-batch as its steps
+                for one_kind, one in unbatched(kind, body):  # a batch as its reports
                     service.reports.append((one_kind, one))
                     actions.append(service.decide(one_kind, one))
                 answer = json.dumps({"action": strongest(actions)}).encode()

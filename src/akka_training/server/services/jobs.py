@@ -9,20 +9,20 @@ from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
 from akka_training.api.jobs import REPORTS
-from akka_training.core.errors import Conflict, Forbidden, InvalidRequest
+from akka_training.core.errors import Conflict, Forbidden, InvalidRequest, PlanRefused, Problem
 from akka_training.core.failures import FailureReason
 from akka_training.core.monitors import WATCHED
 from akka_training.core.parsing import parse_model
 from akka_training.core.phases import TERMINAL, Phase, RuleName, can
 from akka_training.core.reports import (
     Action,
+    BatchReport,
     FailedReport,
     FinishedReport,
     HeartbeatReport,
     RolloutsReport,
     SnapshotReport,
     StartedReport,
-    StepBatchReport,
     StepReport,
     StoppedReport,
     TrainingReport,
@@ -48,6 +48,9 @@ def handle(
     if model is None:
         raise InvalidRequest(f"There is no report {kind!r}; reports: {', '.join(REPORTS)}.")
     report = parse_model(model, body)
+    # A batch is its reports, each read as if it had come alone (all of them before any is
+    # taken: a batch holding a refused report changes nothing).
+    reports = _unbatched(report) if isinstance(report, BatchReport) else [(kind, report)]
     run = session.get(Run, run_id, with_for_update=True)
     attempt = session.get(Attempt, (run_id, attempt_no))
     if run is None or attempt is None:
@@ -56,12 +59,26 @@ def handle(
         raise Conflict(f"Attempt {attempt_no} of run {run_id} is no longer current; stop.")
     now = datetime.now(UTC)
     attempt.heartbeat_at = now
-    _HANDLERS[kind](session, run, attempt, report, now)
+    for one_kind, one in reports:
+        _HANDLERS[one_kind](session, run, attempt, one, now)
     if attempt.outcome is not None:
         # The attempt has ended: its token reports nothing more (a retry of this same report
         # is answered as for an attempt that is no longer current).
         revoke_attempt_tokens(session, run_id, attempt_no, now)
     return {"action": directive(run)}
+
+
+def _unbatched(batch: BatchReport) -> list[tuple[str, Any]]:
+    reports: list[tuple[str, Any]] = []
+    for i, r in enumerate(batch.reports):
+        try:
+            reports.append((r.kind, parse_model(REPORTS[r.kind], r.body)))
+        except PlanRefused as exc:
+            problems = [
+                Problem(f"reports[{i}].body.{p.field}", p.message) for p in exc.all_problems
+            ]
+            raise PlanRefused(problems, what=f"{r.kind} report {i} of the batch") from exc
+    return reports
 
 
 def directive(run: Run) -> Action:
@@ -152,13 +169,6 @@ def _monitor_pause(session: Session, run: Run, r: StepReport, now: datetime) -> 
     if run.requested is None and can(run.phase, RuleName.REQUEST_PAUSE):
         move(session, run, RuleName.REQUEST_PAUSE, now=now)
         run.requested = Request.PAUSE_SAVE
-
-
-def _step_batch(
-    session: Session, run: Run, attempt: Attempt, r: StepBatchReport, now: datetime
-) -> None:
-    for step in r.steps:
-        _step(session, run, attempt, step, now)
 
 
 def _snapshot(
@@ -325,7 +335,6 @@ _HANDLERS: dict[str, Any] = {
     "started": _started,
     "training": _training,
     "steps": _step,
-    "step-batch": _step_batch,
     "snapshots": _snapshot,
     "rollouts": _rollouts,
     "heartbeat": _heartbeat,
