@@ -25,17 +25,30 @@ the reporter's own thread asks for the directive shortly before the step is expe
 (`HttpReporter.step_ended`). In GRPO the hooks, the reward scoring hand-off and the rollout
 step file took under 2% of the training thread; generation and the update are TRL's.
 
-What the rest of the gap is (py-spy on the job and on the service during a 1,500-step SFT run,
+What the rest of the gap was (py-spy on the job and on the service during a 1,500-step SFT run,
 this 2-core machine, 2026-12-03): the training thread itself does the same work as the bare
 script, but its base `Linear.forward` matmuls took 30% of its samples against 11% bare. Torch
 splits each matmul over both cores, so anything else that runs stalls it: the service (20-25%
-of a core: a quarter of it the controller's passes at this benchmark's 0.2 s interval, the
-rest the step report and the directive question each step sends, about 8 ms of service CPU
+of a core: a quarter of it the controller's passes at this benchmark's then 0.2 s interval,
+the rest the step report and the directive question each step sent, about 8 ms of service CPU
 each) and the job's own reporting threads (about 20% of a core). The bare script alone took
-0.0447 s a step and 0.0624 s (1.40x) beside a process that kept 45% of one core busy. On a
-GPU node the service runs elsewhere and a step waits for the device, not for the host's cores;
-here, fewer requests per step (several step reports in one, the directive asked less often
-than every step) are what would close it.
+0.0447 s a step and 0.0624 s (1.40x) beside a process that kept 45% of one core busy.
+
+What changed then (2026-12-04): a GRPO step sent three requests (its step report, its rollouts
+report, the directive question) and the job wrote a TensorBoard event per figure (about forty a
+step, each opening the event file and checksummed in Python). Now step, rollout and snapshot
+reports go at most every `trainer.controller.report-seconds` (0.5 s) as one `batch` request,
+which is also the directive question, and TensorBoard gets one event per step. Measured with
+psutil over 200 GRPO steps: the service used 1.86 s of CPU in 36.9 s (5% of a core; 1.4% idle),
+and the job 57.3 s against the bare script's 51.4 s (of which TRL's own work is the same: the
+py-spy profiles of both training threads match function for function; the rest is the matmuls
+running slower beside other work). What is left beside the training thread: the service's
+controller pass (about 9 ms of CPU every 0.5 s with one run) and its answers to two batches a
+second; in the job, the rollout step files (a Parquet write and an fsync a step), the
+TensorBoard writer, the reward scorer threads. Each takes a few percent of one core, and on
+this 2-core machine each percent of a core costs the step about as much again. Medians of the
+ratios here went from 1.14 to 1.11-1.12 (SFT) and from 1.30 to 1.13-1.19 (GRPO); on a GPU node
+the service runs elsewhere and a step waits for the device, not for the host's cores.
 """
 
 from __future__ import annotations
