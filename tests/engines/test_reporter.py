@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -201,3 +202,30 @@ def test_rollout_and_snapshot_reports_go_with_the_steps_in_the_order_they_came(
     with report_server.lock:
         requests = list(report_server.requests)
     assert "batch" in requests and len(requests) <= 4, requests
+
+
+def test_steps_do_not_wait_on_a_service_that_hangs() -> None:
+    # A service that takes connections and never answers (stopped, or its database held):
+    # the first step's end waits for its question at most two seconds, the next ones not at all.
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    reporter = HttpReporter(url, "run-1", 1, "token", heartbeat_seconds=60, report_seconds=0)
+    try:
+        began = time.monotonic()
+        expected = None
+        for step in range(1, 11):
+            start = time.monotonic()
+            reporter.step_began(expected)
+            time.sleep(0.05)
+            reporter.step_ended()
+            expected = time.monotonic() - start
+            reporter.report_step(StepReport(step=step, total_steps=10, metrics={}))
+        took = time.monotonic() - began
+        assert reporter.action == "continue"
+    finally:
+        reporter.close()
+        server.close()
+    # Ten steps of 0.05 s: one wait of two seconds at most, not two seconds a step.
+    assert took < 5.0, took

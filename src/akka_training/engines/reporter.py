@@ -141,6 +141,9 @@ class HttpReporter:
         self._scheduled_with = float("-inf")  # `_last_asked` when the look-ahead was set
         # Reports wait in the sending thread for their turn (none is being sent).
         self._reports_waiting = False
+        # The service left the latest question unanswered (it hangs): a step's end does not
+        # wait for the next one, the reporter's threads still ask.
+        self._silent = False
         self._round_trip = 0.0
         self._sender = threading.Thread(target=self._send_loop, name="akka-reporter", daemon=True)
         self._beater = threading.Thread(target=self._beat_loop, name="akka-heartbeat", daemon=True)
@@ -191,6 +194,7 @@ class HttpReporter:
         try:
             response = self._client.post(f"{self._base}/heartbeat", json=body, timeout=timeout)
         except httpx.HTTPError:
+            self._silent = True
             return
         with self._ahead:
             self._round_trip = time.monotonic() - asked
@@ -219,7 +223,13 @@ class HttpReporter:
         """The step ended: make `action` the directive as the service answered it during the
         step (a step shorter than `report_seconds`: within its last `report_seconds`). An
         answer to a question asked since then is taken as it is (waiting up to `timeout` for
-        a question on its way); without one, the service is asked now (`refresh_action`)."""
+        a question on its way); without one, the service is asked now (`refresh_action`).
+        While the service leaves questions unanswered, the step's end waits for none: the
+        directive stays as it was until an answer comes."""
+        if self._silent:
+            with self._ahead:
+                self._ask_at = self._expected_end = None
+            return
         ended = time.monotonic()
         deadline = ended + timeout
         with self._ahead:
@@ -398,6 +408,8 @@ class HttpReporter:
                 if answered:
                     self._answered_since = asked
                     self._round_trip = time.monotonic() - asked
+                elif not self.stale and not self._closed.is_set():
+                    self._silent = True
                 self._ahead.notify_all()
 
     def _beat_loop(self) -> None:
@@ -450,6 +462,7 @@ class HttpReporter:
     def _answered(self, asked: float) -> None:
         with self._ahead:
             self._last_asked = max(self._last_asked, asked)
+            self._silent = False
             self._ahead.notify_all()
 
     def _announce(self, action: Action) -> None:
