@@ -235,7 +235,7 @@ def test_a_paused_grpo_run_resumes_from_its_snapshot(
     dataset = put_dataset(store, "maths", chat_rows(8))
 
     def spec(attempt: int, resume: ResumePoint | None = None) -> Any:
-        return make_spec(
+        made = make_spec(
             model=catalog["tiny-chat"],
             dataset=dataset,
             config=rl_config(training={"maxSteps": 4}),
@@ -245,6 +245,9 @@ def test_a_paused_grpo_run_resumes_from_its_snapshot(
             resume=resume,
             execution={"saveEvery": 100},
         )
+        # Each report goes on its own, so the scripted pause lands before the last step.
+        made.telemetry.report_seconds = 0
+        return made
 
     report_server.script = lambda kind, body, reports: (
         "save-and-stop" if kind == "steps" else "continue"
