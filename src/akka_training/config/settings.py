@@ -250,8 +250,8 @@ class Controller(_Section):
     job_retries: int = Field(3, ge=0)
     # A run whose completed-step count stops rising this long while its job lives is stalled.
     stall_seconds: float = Field(600.0, gt=0)
-    # A job sends its step reports at most this often (the steps that end meanwhile go in one
-    # report) and asks for the directive about as often; 0: a report and a question each step.
+    # A job sends its step, rollout and snapshot reports at most this often (those that come
+    # meanwhile go in one request, which also asks for the directive); 0: each on its own.
     report_seconds: float = Field(0.5, ge=0, le=60)
     # How long the cluster may stay unreachable while a run waits before it fails.
     unreachable_seconds: float = Field(120.0, ge=0)

@@ -82,7 +82,7 @@ class Telemetry(PlanModel):
     collector_endpoint: str | None = None
     traceparent: str | None = None
     stall_seconds: float = 600.0
-    # How often at most the job sends its step reports (trainer.controller.report-seconds).
+    # How often at most the job sends its reports (trainer.controller.report-seconds).
     report_seconds: float = Field(0.5, ge=0, le=60)
     # An MLflow tracking server the job records the run in (trainer.tracking.mlflow-uri).
     mlflow_uri: str | None = None

@@ -118,7 +118,7 @@ class HttpReporter:
             headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(30.0)
         )
         self._patience = patience
-        self._coalesce = report_seconds
+        self._report_seconds = report_seconds
         # None ends the sending thread.
         self._queue: queue.Queue[_Queued | None] = queue.Queue()
         self._lock = threading.Lock()
@@ -213,9 +213,9 @@ class HttpReporter:
             self._expected_end = self._step_began + expected_seconds
             ask_at = self._expected_end
             self._scheduled_with = self._last_asked
-            if expected_seconds < self._coalesce:
+            if expected_seconds < self._report_seconds:
                 # A short step takes a recent answer: ask only once the latest is too old.
-                ask_at = max(ask_at, self._last_asked + self._coalesce)
+                ask_at = max(ask_at, self._last_asked + self._report_seconds)
             self._ask_at = max(self._step_began, ask_at - lead)
             self._ahead.notify_all()
 
@@ -235,8 +235,8 @@ class HttpReporter:
         with self._ahead:
             self._ask_at = self._expected_end = None
             began = self._step_began
-            short = ended - began < self._coalesce
-            since = ended - self._coalesce if short else began
+            short = ended - began < self._report_seconds
+            since = ended - self._report_seconds if short else began
 
             def answered() -> bool:
                 # A long step takes only its look-ahead's answer, asked shortly before its end.
@@ -316,7 +316,7 @@ class HttpReporter:
         last_sent = float("-inf")
         while True:
             if waiting:
-                wait = last_sent + self._coalesce - time.monotonic()
+                wait = last_sent + self._report_seconds - time.monotonic()
                 try:
                     item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
                 except queue.Empty:
@@ -326,7 +326,7 @@ class HttpReporter:
                 item = self._queue.get()
             if item is not None and item[0] in BATCHED_KINDS:
                 waiting.append(item)
-                if time.monotonic() >= last_sent + self._coalesce:
+                if time.monotonic() >= last_sent + self._report_seconds:
                     last_sent = self._send_waiting(waiting)
                 else:
                     self._reports_waiting = True
@@ -382,8 +382,8 @@ class HttpReporter:
                     return
                 self._ask_at = None
                 end = self._expected_end
-                short = end is not None and end - self._step_began < self._coalesce
-                recent = end is not None and self._last_asked >= end - self._coalesce
+                short = end is not None and end - self._step_began < self._report_seconds
+                recent = end is not None and self._last_asked >= end - self._report_seconds
                 if short and recent and self._last_asked > self._scheduled_with:
                     continue  # a short step: an answer that came since is recent enough
                 asked = self._asking_since = time.monotonic()
