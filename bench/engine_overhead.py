@@ -47,8 +47,9 @@ controller pass (about 9 ms of CPU every 0.5 s with one run) and its answers to 
 second; in the job, the rollout step files (a Parquet write and an fsync a step), the
 TensorBoard writer, the reward scorer threads. Each takes a few percent of one core, and on
 this 2-core machine each percent of a core costs the step about as much again. Medians of the
-ratios here went from 1.14 to 1.11-1.12 (SFT) and from 1.30 to 1.13-1.19 (GRPO); on a GPU node
-the service runs elsewhere and a step waits for the device, not for the host's cores.
+ratios here went from 1.14 to 1.07-1.11 (SFT) and from 1.30 to 1.06-1.19 (GRPO) over four runs
+of this benchmark on a quiet machine; on a GPU node the service runs elsewhere and a step waits
+for the device, not for the host's cores.
 """
 
 from __future__ import annotations
