@@ -20,8 +20,7 @@ from akka_training.core.resolved import (
     SourcePin,
     Telemetry,
 )
-from akka_training.engines.job import run_job
-from akka_training.engines.reporter import HttpReporter
+from akka_training.engines.job import open_reporter, run_job
 from akka_training.rewards.bundles import pack_bundle
 
 TOKEN = "job-token-for-tests"
@@ -107,13 +106,7 @@ def make_spec(
 def run_in_process(spec: JobSpec, workdir: Path) -> int:
     """Run a job in this process, as the entry point does (same reporter, same flow)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    reporter = HttpReporter(
-        spec.trainer_url,
-        spec.run_id,
-        spec.attempt,
-        TOKEN,
-        report_seconds=spec.telemetry.report_seconds,
-    )
+    reporter = open_reporter(spec, TOKEN)
     previous = Path.cwd()
     os.chdir(workdir)
     try:

@@ -215,7 +215,7 @@ def test_steps_do_not_wait_on_a_service_that_hangs() -> None:
     try:
         began = time.monotonic()
         expected = None
-        for step in range(1, 11):
+        for _ in range(10):
             start = time.monotonic()
             reporter.step_began(expected)
             time.sleep(0.05)

@@ -77,18 +77,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{TOKEN_ENV} is not set: the job cannot report to the service", file=sys.stderr)
         return 2
     spec = JobSpec.model_validate_json(Path(args[0]).read_text())
-    reporter = HttpReporter(
+    reporter = open_reporter(spec, token)
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: reporter.terminated())
+    try:
+        return run_job(spec, reporter, Path.cwd())
+    finally:
+        reporter.close()
+
+
+def open_reporter(spec: JobSpec, token: str) -> HttpReporter:
+    """The reporter of the attempt `spec` describes, reporting with `token`."""
+    return HttpReporter(
         spec.trainer_url,
         spec.run_id,
         spec.attempt,
         token,
         report_seconds=spec.telemetry.report_seconds,
     )
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: reporter.terminated())
-    try:
-        return run_job(spec, reporter, Path.cwd())
-    finally:
-        reporter.close()
 
 
 def run_job(spec: JobSpec, reporter: HttpReporter, workdir: Path) -> int:

@@ -397,11 +397,7 @@ def test_run_figures_are_totals_over_the_steps_the_run_kept(
 def test_reports_that_came_in_one_batch_are_each_kept_steps_at_their_own_time(
     api: httpx.Client, dataset: Any, trainer: InProcessTrainer
 ) -> None:
-    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
-    launch = trainer.admit(run_id)
-    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
-    base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
-    assert job.post(f"{base}/started", json={"placement": {"host": "h", "pid": 1}}).is_success
+    run_id, job, base = _job_of_a_new_run(api, trainer)
     time.sleep(0.3)  # the steps below ended after the job started
     # Three short steps that ended 0.25, 0.15 and 0.05 s before their report went, and the
     # snapshot of step 2 between them.
@@ -436,16 +432,12 @@ def test_reports_that_came_in_one_batch_are_each_kept_steps_at_their_own_time(
 def test_a_batch_holding_a_refused_report_changes_nothing(
     api: httpx.Client, dataset: Any, trainer: InProcessTrainer
 ) -> None:
-    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
-    launch = trainer.admit(run_id)
-    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    run_id, job, base = _job_of_a_new_run(api, trainer)
     reports = [
         {"kind": "steps", "body": {"step": 1, "metrics": {"loss": 1.0}}},
         {"kind": "steps", "body": {"step": 0, "metrics": {"loss": 0.5}}},
     ]
-    response = job.post(
-        f"/v1/jobs/{run_id}/attempts/{launch.attempt}/batch", json={"reports": reports}
-    )
+    response = job.post(f"{base}/batch", json={"reports": reports})
     status, body = answer(response)
     assert status == 422
     assert body["error"]["message"].startswith(
@@ -454,9 +446,7 @@ def test_a_batch_holding_a_refused_report_changes_nothing(
     assert [p["field"] for p in body["error"]["problems"]] == ["reports[1].body.step"]
     assert api.get(f"/v1/runs/{run_id}/metrics").json()["steps"] == []
     finished = {"kind": "finished", "body": {"adapter": "a/", "step": 1}}
-    status, body = answer(
-        job.post(f"/v1/jobs/{run_id}/attempts/{launch.attempt}/batch", json={"reports": [finished]})
-    )
+    status, body = answer(job.post(f"{base}/batch", json={"reports": [finished]}))
     assert status == 422
     assert [p["field"] for p in body["error"]["problems"]] == ["reports[0].kind"]
 
@@ -464,12 +454,8 @@ def test_a_batch_holding_a_refused_report_changes_nothing(
 def test_a_step_report_older_than_its_attempt_is_kept_at_the_attempt_s_start(
     api: httpx.Client, dataset: Any, trainer: InProcessTrainer
 ) -> None:
-    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
-    launch = trainer.admit(run_id)
-    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
-    base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
     before = time.time()
-    assert job.post(f"{base}/started", json={"placement": {"host": "h", "pid": 1}}).is_success
+    run_id, job, base = _job_of_a_new_run(api, trainer)
     body = {"step": 1, "metrics": {"loss": 1.0}, "ago": 3600.0}
     assert job.post(f"{base}/steps", json=body).is_success
     (kept,) = api.get(f"/v1/runs/{run_id}/metrics").json()["steps"]
@@ -495,3 +481,16 @@ def test_gpu_seconds_stop_when_the_run_completes_while_its_job_exits(
     assert [c["for"] for c in api.get("/v1/capacity").json()["claims"]] == [run_id]
     time.sleep(1.2)
     assert api.get(f"/v1/runs/{run_id}").json()["cost"]["gpuSeconds"] == first["cost"]["gpuSeconds"]
+
+
+def _job_of_a_new_run(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> tuple[str, httpx.Client, str]:
+    """A new run, admitted, whose job has reported that it started: the run's id, a client
+    holding the job's token, and the path its reports go to."""
+    run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    launch = trainer.admit(run_id)
+    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
+    assert job.post(f"{base}/started", json={"placement": {"host": "h", "pid": 1}}).is_success
+    return run_id, job, base
