@@ -189,16 +189,12 @@ class HttpReporter:
         it was: the background heartbeat and the step reports still carry the directive."""
         if self.stale or self._closed.is_set():
             return
-        body = HeartbeatReport(step=self.step, stall_dump=self.stall_dump).to_json()
         asked = time.monotonic()
-        try:
-            response = self._client.post(f"{self._base}/heartbeat", json=body, timeout=timeout)
-        except httpx.HTTPError:
+        if self._ask(asked, timeout):
+            with self._ahead:
+                self._round_trip = time.monotonic() - asked
+        else:
             self._silent = True
-            return
-        with self._ahead:
-            self._round_trip = time.monotonic() - asked
-        self._take_answer(response, asked)
 
     def step_began(self, expected_seconds: float | None) -> None:
         """A training step began: ask for the directive from the reporter's thread shortly
@@ -395,14 +391,7 @@ class HttpReporter:
                 self._queue.put(_SEND_NOW)
                 answered = self._wait_for_answer(asked, timeout=2.0)
             else:
-                body = HeartbeatReport(step=self.step, stall_dump=self.stall_dump).to_json()
-                try:
-                    response = self._client.post(f"{self._base}/heartbeat", json=body, timeout=2.0)
-                except httpx.HTTPError:
-                    pass
-                else:
-                    self._take_answer(response, asked)
-                    answered = response.status_code < 300 or response.status_code == 409
+                answered = self._ask(asked, timeout=2.0)
             with self._ahead:
                 self._asking_since = None
                 if answered:
@@ -411,6 +400,17 @@ class HttpReporter:
                 elif not self.stale and not self._closed.is_set():
                     self._silent = True
                 self._ahead.notify_all()
+
+    def _ask(self, asked: float, timeout: float) -> bool:
+        """Ask for the directive with a heartbeat sent at once (at `asked`), waiting at most
+        `timeout` for it; whether the service answered."""
+        body = HeartbeatReport(step=self.step, stall_dump=self.stall_dump).to_json()
+        try:
+            response = self._client.post(f"{self._base}/heartbeat", json=body, timeout=timeout)
+        except httpx.HTTPError:
+            return False
+        self._take_answer(response, asked)
+        return response.status_code < 300 or response.status_code == 409
 
     def _beat_loop(self) -> None:
         while not self._closed.wait(self._heartbeat_seconds):

@@ -154,10 +154,8 @@ def _ended_at(attempt: Attempt, r: StepReport, now: datetime) -> datetime:
     if not r.ago:
         return now
     at = now - timedelta(seconds=r.ago)
-    started = attempt.started_at
-    if started is not None:
-        at = max(at, started if started.tzinfo else started.replace(tzinfo=UTC))
-    return at
+    # Timestamps are read back timezone-aware (`storage.models.UtcDateTime`).
+    return at if attempt.started_at is None else max(at, attempt.started_at)
 
 
 def _monitor_pause(session: Session, run: Run, r: StepReport, now: datetime) -> None:
