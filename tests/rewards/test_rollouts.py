@@ -15,6 +15,7 @@ from akka_training.rewards.rollouts import (
     Rollout,
     read_step_file,
     rollouts_from_scores,
+    step_file_bytes,
     step_summary,
     write_step_file,
 )
@@ -113,6 +114,18 @@ def test_a_step_file_reads_from_bytes_and_file_objects(tmp_path: Path) -> None:
     data = buffer.getvalue()
     assert [r.index for r in read_step_file(data, "best", 1)] == [1]
     assert len(read_step_file(io.BytesIO(data))) == 2
+
+
+def test_a_step_file_built_in_memory_is_the_file_written_to_a_path(tmp_path: Path) -> None:
+    rollouts = [make(i, i / 4) for i in reversed(range(4))]
+    path = tmp_path / "s.parquet"
+    write_step_file(rollouts, path)
+    data = step_file_bytes(rollouts)
+    assert data == path.read_bytes()
+    assert [r.index for r in read_step_file(data)] == [0, 1, 2, 3]
+    assert not list(tmp_path.glob(".*partial"))
+    with pytest.raises(ValueError, match="one step"):
+        step_file_bytes([make(0, 1.0), make(1, 1.0, step=8)])
 
 
 def test_an_empty_step_round_trips(tmp_path: Path) -> None:

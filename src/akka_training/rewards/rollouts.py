@@ -23,6 +23,7 @@ they bound what one read decodes for very large steps.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Sequence
@@ -157,20 +158,34 @@ def rollouts_from_scores(
 def write_step_file(rollouts: Sequence[Rollout], path: Path | BinaryIO) -> None:
     """Write one step's rollouts as one Parquet file. A path is written atomically (a reader
     never sees half a file). All rollouts must belong to the same step."""
+    table = _step_table(rollouts)
+    if not isinstance(path, str | os.PathLike):
+        _write(table, path)
+        return
+    target = Path(path)
+    partial = target.with_name(f".{target.name}.partial")
+    # An open file, not the path: pyarrow resolving a path to its filesystem costs more than
+    # writing a step's file (1.5 ms of 2.5 ms for a 32-rollout step).
+    with open(partial, "wb") as out:
+        _write(table, out)
+    os.replace(partial, target)
+
+
+def step_file_bytes(rollouts: Sequence[Rollout]) -> bytes:
+    """One step's file, whole, in memory: what a job stores with one write (`put_bytes`)."""
+    buffer = io.BytesIO()
+    _write(_step_table(rollouts), buffer)
+    return buffer.getvalue()
+
+
+def _step_table(rollouts: Sequence[Rollout]) -> pa.Table:
     ordered = sorted(rollouts, key=lambda r: r.index)
     steps = {r.step for r in ordered}
     if len(steps) > 1:
         raise ValueError(f"a step file holds one step; got steps {sorted(steps)}")
     weights = ordered[0].weights if ordered else {}
     metadata = {VERSION_KEY: FORMAT_VERSION.encode(), WEIGHTS_KEY: json.dumps(weights).encode()}
-    table = pa.Table.from_arrays(_columns(ordered), schema=SCHEMA.with_metadata(metadata))
-    if not isinstance(path, str | os.PathLike):
-        _write(table, path)
-        return
-    target = Path(path)
-    partial = target.with_name(f".{target.name}.partial")
-    _write(table, partial)
-    os.replace(partial, target)
+    return pa.Table.from_arrays(_columns(ordered), schema=SCHEMA.with_metadata(metadata))
 
 
 def read_step_file(

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from akka_training.rewards.rollouts import Rollout, step_file_bytes
 from akka_training.testing.app import InProcessTrainer
 from tests.server.routers.helpers import answer, chat_rows, error, register, sft_plan
 
@@ -427,6 +428,76 @@ def test_reports_that_came_in_one_batch_are_each_kept_steps_at_their_own_time(
     assert api.post(f"/v1/runs/{run_id}/pause", json={"checkpoint": "save"}).is_success
     more = [{"kind": "steps", "body": {"step": 4, "metrics": {"loss": 0.2}, "ago": 0.0}}]
     assert job.post(f"{base}/batch", json={"reports": more}).json() == {"action": "save-and-stop"}
+
+
+def test_a_step_reported_again_replaces_its_figures_rollouts_and_snapshot_in_a_batch_or_not(
+    api: httpx.Client, dataset: Any, trainer: InProcessTrainer
+) -> None:
+    run_id, job, base = _job_of_a_new_run(api, trainer)
+
+    def rollouts(step: int, scores: list[float], file: str) -> dict[str, Any]:
+        key = f"runs/{run_id}/rollouts/{file}"
+        kept = [rollout_record(step, i, score) for i, score in enumerate(scores)]
+        trainer.ctx.blobs.put_bytes(key, step_file_bytes(kept))
+        body = {"step": step, "blob": key, "count": len(scores)}
+        return {
+            "kind": "rollouts",
+            "body": body | {"bestScore": max(scores), "worstScore": min(scores)},
+        }
+
+    def step(number: int, loss: float, tokens: float) -> dict[str, Any]:
+        metrics = {"loss": loss, "tokens": tokens, "timing/step": 1.0}
+        return {"kind": "steps", "body": {"step": number, "metrics": metrics}}
+
+    snapshot = {"name": "step-2", "step": 2, "weights": f"runs/{run_id}/snapshots/step-2/weights/"}
+    first = [
+        step(1, 1.0, 100.0),
+        step(2, 0.9, 100.0),
+        rollouts(2, [0.0, 1.0], "a.parquet"),
+        {"kind": "snapshots", "body": snapshot},
+        step(2, 0.8, 300.0),  # step 2 again in the same batch: this one counts
+        rollouts(2, [0.5, 0.5, 0.5], "b.parquet"),
+        {"kind": "snapshots", "body": snapshot | {"weights": f"{snapshot['weights']}again/"}},
+    ]
+    assert job.post(f"{base}/batch", json={"reports": first}).is_success
+
+    kept = api.get(f"/v1/runs/{run_id}/metrics").json()["steps"]
+    assert [(s["step"], s["loss"]) for s in kept] == [(1, 1.0), (2, 0.8)]
+    assert api.get(f"/v1/runs/{run_id}").json()["cost"]["tokensPerSecond"] == 200.0
+    answer_ = api.get(f"/v1/runs/{run_id}/rollouts", params={"step": 2}).json()
+    assert (answer_["steps"], answer_["count"], len(answer_["rollouts"])) == ([2], 3, 3)
+    (kept_snapshot,) = api.get(f"/v1/runs/{run_id}/snapshots").json()
+    assert kept_snapshot["name"] == "step-2"
+
+    # Reported again by a later request: replaced again.
+    again = [step(2, 0.7, 500.0), rollouts(2, [0.25], "c.parquet"), step(3, 0.6, 100.0)]
+    assert job.post(f"{base}/batch", json={"reports": again}).is_success
+    kept = api.get(f"/v1/runs/{run_id}/metrics").json()["steps"]
+    assert [(s["step"], s["loss"]) for s in kept] == [(1, 1.0), (2, 0.7), (3, 0.6)]
+    assert api.get(f"/v1/runs/{run_id}").json()["cost"]["tokensPerSecond"] == 700.0 / 3
+    answer_ = api.get(f"/v1/runs/{run_id}/rollouts", params={"step": 2}).json()
+    assert (answer_["count"], [r["score"] for r in answer_["rollouts"]]) == (1, [0.25])
+
+
+def rollout_record(step: int, index: int, score: float) -> Rollout:
+    return Rollout(
+        step=step,
+        index=index,
+        group=0,
+        prompt="What is 2 + 0?",
+        completion="#### 2",
+        expected="2",
+        score=score,
+        shares={"correct": score},
+        values={"correct": score},
+        completion_tokens=3,
+        finish_reason="stop",
+        tool_calls=0,
+        tool_failures=0,
+        failures={},
+        explanations={},
+        weights={"correct": 1.0},
+    )
 
 
 def test_a_batch_holding_a_refused_report_changes_nothing(

@@ -24,7 +24,7 @@ from akka_training.rewards.rollouts import (
     Rollout,
     read_step_file,
     rollouts_from_scores,
-    write_step_file,
+    step_file_bytes,
 )
 from akka_training.rewards.scorer import RewardScorer
 
@@ -56,9 +56,7 @@ def regrade(task: TaskContext) -> dict[str, Any]:
             batch = [_input(r) for r in old]
             scored = scorer.score(batch)
             new = rollouts_from_scores(source.step, batch, scored, scorer.weights)
-            local = task.workdir / f"step-{source.step}.parquet"
-            write_step_file(new, local)
-            task.store.put_file(output + local.name, local)
+            task.store.put_bytes(output + f"step-{source.step}.parquet", step_file_bytes(new))
             steps.append(_figures(source.step, old, new))
         task.progress("scored", total, total)
         new_weights = scorer.weights

@@ -6,7 +6,7 @@ project's reward terms (`akka_training.rewards`), never with anything of TRL's, 
 rollout of the step in a Parquet step file (``runs/{run}/rollouts/step-{N}.parquet``), reports
 it, computes the step's reward figures and publishes the scorer's accounting to telemetry.
 
-The step file is written, uploaded and reported off the step's critical path, by the
+The step file is built in memory, stored and reported off the step's critical path, by the
 `StepFileWriter` in `writer`; `KeepRollouts` waits for it before each snapshot and at the end
 of training.
 """
@@ -31,8 +31,8 @@ from akka_training.rewards.inputs import RolloutInput, content_text
 from akka_training.rewards.rollouts import (
     Rollout,
     rollouts_from_scores,
+    step_file_bytes,
     step_summary,
-    write_step_file,
 )
 from akka_training.rewards.scorer import RewardScorer
 
@@ -155,13 +155,10 @@ class StepRewards:
         }
 
     def _keep(self, step: int, rollouts: list[Rollout]) -> None:
-        """Write the step file, upload it, then report it (on the writer's thread)."""
+        """Store the step file, then report it (on the writer's thread). The file is built in
+        memory and stored with one write: no copy of it on the job's disk first."""
         key = self.job.rollouts_key(step)
-        directory = self.job.artifacts / "rollouts"
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"step-{step}.parquet"
-        write_step_file(rollouts, path)
-        self.job.store.put_file(key, path)
+        self.job.store.put_bytes(key, step_file_bytes(rollouts))
         summary = step_summary(rollouts)
         self.job.reporter.rollouts(
             RolloutsReport(

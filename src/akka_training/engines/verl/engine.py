@@ -112,7 +112,7 @@ from akka_training.rewards.figures import histogram_values
 from akka_training.rewards.figures import step_figures as rollout_figures
 from akka_training.rewards.health import HealthWatch, correctness_term, remote_terms, rollout_health
 from akka_training.rewards.inputs import RewardSetupError
-from akka_training.rewards.rollouts import step_summary, write_step_file
+from akka_training.rewards.rollouts import step_file_bytes, step_summary
 from akka_training.rewards.scorer import RewardScorer
 from akka_training.telemetry import catalog as names
 from akka_training.telemetry.job_metrics import JobTelemetry
@@ -622,11 +622,8 @@ def _report_rollouts(
     joiner: RolloutJoiner,
     step: StepRollouts,
 ) -> None:
-    local = joiner.dump_dir / f"step-{step.step}.parquet"
-    write_step_file(step.rollouts, local)
     key = blobkeys.rollouts_key(spec.run_id, step.step)
-    blobs.put_file(key, local)
-    local.unlink()
+    blobs.put_bytes(key, step_file_bytes(step.rollouts))
     summary = step_summary(step.rollouts)
     reporter.rollouts(
         RolloutsReport(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from akka_training.api.jobs import REPORTS
@@ -59,8 +60,12 @@ def handle(
         raise Conflict(f"Attempt {attempt_no} of run {run_id} is no longer current; stop.")
     now = datetime.now(UTC)
     attempt.heartbeat_at = now
-    for one_kind, one in reports:
-        _HANDLERS[one_kind](session, run, attempt, one, now)
+    t = _Taking(session, run, attempt, now)
+    t.read_kept(reports)
+    # Nothing is written before the commit (one flush, not one before each report's reads).
+    with session.no_autoflush:
+        for one_kind, one in reports:
+            _HANDLERS[one_kind](t, one)
     if attempt.outcome is not None:
         # The attempt has ended: its token reports nothing more (a retry of this same report
         # is answered as for an attempt that is no longer current).
@@ -81,6 +86,41 @@ def _unbatched(batch: BatchReport) -> list[tuple[str, Any]]:
     return reports
 
 
+@dataclass
+class _Taking:
+    """One request's reports being taken: the run, its attempt, and the rows already kept
+    for the steps they report (read in one statement a table, not one a report)."""
+
+    session: Session
+    run: Run
+    attempt: Attempt
+    now: datetime
+    steps: dict[int, Step] = field(default_factory=dict)
+    rollouts: dict[int, RolloutStep] = field(default_factory=dict)
+
+    def read_kept(self, reports: list[tuple[str, Any]]) -> None:
+        steps = [r.step for k, r in reports if k == "steps"]
+        if steps:
+            rows = self.session.scalars(
+                select(Step).where(Step.run_id == self.run.id, *_between(Step.step, steps))
+            )
+            self.steps = {row.step: row for row in rows}
+        rollouts = [r.step for k, r in reports if k == "rollouts"]
+        if rollouts:
+            rows_ = self.session.scalars(
+                select(RolloutStep).where(
+                    RolloutStep.run_id == self.run.id, *_between(RolloutStep.step, rollouts)
+                )
+            )
+            self.rollouts = {row.step: row for row in rows_}
+
+
+def _between(column: Any, numbers: list[int]) -> tuple[Any, Any]:
+    # A range, not a list: a batch's steps follow each other, and a statement with two
+    # parameters is cheaper to build than one with a parameter a step.
+    return column >= min(numbers), column <= max(numbers)
+
+
 def directive(run: Run) -> Action:
     if Phase(run.phase) in TERMINAL or run.requested in (Request.CANCEL, Request.PAUSE_LATEST):
         return "stop"
@@ -89,7 +129,8 @@ def directive(run: Run) -> Action:
     return "continue"
 
 
-def _started(session: Session, run: Run, attempt: Attempt, r: StartedReport, now: datetime) -> None:
+def _started(t: _Taking, r: StartedReport) -> None:
+    session, run, attempt, now = t.session, t.run, t.attempt, t.now
     attempt.started_at = now
     attempt.placement = r.placement.to_json()
     event(
@@ -101,9 +142,8 @@ def _started(session: Session, run: Run, attempt: Attempt, r: StartedReport, now
     )
 
 
-def _training(
-    session: Session, run: Run, attempt: Attempt, r: TrainingReport, now: datetime
-) -> None:
+def _training(t: _Taking, r: TrainingReport) -> None:
+    session, run, now = t.session, t.run, t.now
     if r.total_steps is not None:
         run.total_steps = r.total_steps
     if r.data_fit is not None:
@@ -115,19 +155,20 @@ def _training(
         move(session, run, RuleName.START_TRAINING, now=now)
 
 
-def _step(session: Session, run: Run, attempt: Attempt, r: StepReport, now: datetime) -> None:
+def _step(t: _Taking, r: StepReport) -> None:
+    session, run, attempt, now = t.session, t.run, t.attempt, t.now
     # A step of a new attempt replaces what an earlier attempt reported for the same step
     # (after a pause at the latest snapshot): the run's figures count the step once.
-    replaced = session.get(Step, (run.id, r.step))
+    replaced = t.steps.get(r.step)
     totals = dict((run.summary or {}).get("totals") or {})
     if replaced is not None:
         totals = step_totals(totals, replaced.metrics, sign=-1)
         session.delete(replaced)
         session.flush()
     at = _ended_at(attempt, r, now)
-    session.add(
-        Step(run_id=run.id, step=r.step, attempt=attempt.number, metrics=r.metrics, created_at=at)
-    )
+    row = Step(run_id=run.id, step=r.step, attempt=attempt.number, metrics=r.metrics, created_at=at)
+    session.add(row)
+    t.steps[r.step] = row
     run.observed_step = r.step
     if r.total_steps is not None:
         run.total_steps = r.total_steps
@@ -169,9 +210,9 @@ def _monitor_pause(session: Session, run: Run, r: StepReport, now: datetime) -> 
         run.requested = Request.PAUSE_SAVE
 
 
-def _snapshot(
-    session: Session, run: Run, attempt: Attempt, r: SnapshotReport, now: datetime
-) -> None:
+def _snapshot(t: _Taking, r: SnapshotReport) -> None:
+    session, run, attempt, now = t.session, t.run, t.attempt, t.now
+    session.flush()  # a snapshot of the same name earlier in this batch is found as well
     existing = session.get(Snapshot, (run.id, r.name))
     if existing is not None:
         session.delete(existing)
@@ -193,36 +234,25 @@ def _snapshot(
     event(session, run.id, "snapshot", f"snapshot {r.name} at step {r.step}")
 
 
-def _rollouts(
-    session: Session, run: Run, attempt: Attempt, r: RolloutsReport, now: datetime
-) -> None:
-    session.execute(
-        delete(RolloutStep).where(RolloutStep.run_id == run.id, RolloutStep.step == r.step)
-    )
-    session.add(
-        RolloutStep(
-            run_id=run.id,
-            step=r.step,
-            blob=r.blob,
-            count=r.count,
-            best_score=r.best_score,
-            worst_score=r.worst_score,
-            created_at=now,
-        )
-    )
+def _rollouts(t: _Taking, r: RolloutsReport) -> None:
+    # A step reported again (trained again by a later attempt) points at its new file.
+    row = t.rollouts.get(r.step)
+    if row is None:
+        row = t.rollouts[r.step] = RolloutStep(run_id=t.run.id, step=r.step)
+        t.session.add(row)
+    row.blob, row.count, row.created_at = r.blob, r.count, t.now
+    row.best_score, row.worst_score = r.best_score, r.worst_score
 
 
-def _heartbeat(
-    session: Session, run: Run, attempt: Attempt, r: HeartbeatReport, now: datetime
-) -> None:
+def _heartbeat(t: _Taking, r: HeartbeatReport) -> None:
+    session, run = t.session, t.run
     if r.stall_dump and r.stall_dump != run.stall_dump:
         run.stall_dump = r.stall_dump
         event(session, run.id, "stall", f"the job recorded its threads and memory: {r.stall_dump}")
 
 
-def _finished(
-    session: Session, run: Run, attempt: Attempt, r: FinishedReport, now: datetime
-) -> None:
+def _finished(t: _Taking, r: FinishedReport) -> None:
+    session, run, attempt, now = t.session, t.run, t.attempt, t.now
     attempt.outcome = AttemptOutcome.FINISHED
     run.adapter = r.adapter
     run.observed_step = max(run.observed_step, r.step)
@@ -234,14 +264,16 @@ def _finished(
         move(session, run, RuleName.COMPLETE, now=now)
 
 
-def _stopped(session: Session, run: Run, attempt: Attempt, r: StoppedReport, now: datetime) -> None:
+def _stopped(t: _Taking, r: StoppedReport) -> None:
+    session, run, attempt = t.session, t.run, t.attempt
     # The run becomes PAUSED or CANCELLED once the job has exited and its devices are free: the
     # controller moves it then (a resume must find the devices released).
     attempt.outcome = AttemptOutcome.STOPPED
     event(session, run.id, "job", f"attempt {attempt.number} stopped at step {r.step}")
 
 
-def _failed(session: Session, run: Run, attempt: Attempt, r: FailedReport, now: datetime) -> None:
+def _failed(t: _Taking, r: FailedReport) -> None:
+    session, run, attempt, now = t.session, t.run, t.attempt, t.now
     attempt.outcome = AttemptOutcome.FAILED
     try:
         reason = FailureReason(r.code)
