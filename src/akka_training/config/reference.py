@@ -97,6 +97,7 @@ MEANINGS: dict[str, str] = {
     "trainer.catalog[].envelopes[].host-memory-gib": "Host memory a run needs per node, in GiB (the local backend can enforce it: `trainer.local.enforce-host-memory`).",
     "trainer.dev-models-dir": "Where the development models are built and kept. Unset: `$AKKA_DEV_MODELS_DIR`, else `<home>/models`.",
     "trainer.controller.interval-seconds": "Seconds between two passes of the reconcile loop (a request wakes it sooner).",
+    "trainer.controller.steady-seconds": "Seconds between two passes while the loop has nothing to move: every open run trains with a live job (or rests paused), and no run waits for devices, no task and no pipeline is open. A request, or a job's report that it ended, wakes it at once; a job that dies without one is noticed within this long. Never shorter than `interval-seconds`.",
     "trainer.controller.start-retries": "How often a refused job start is tried again before the run fails with `job-start-failed`.",
     "trainer.controller.retry-base-seconds": "The first back-off between start retries, and between the attempts of a job that dies without a report (it doubles).",
     "trainer.controller.job-retries": "How often in a row a job that dies without a report (killed, crashed; not out of memory) is run again from the run's last snapshot before the run fails with the cause.",

@@ -244,6 +244,9 @@ class LocalBackend(_Section):
 
 class Controller(_Section):
     interval_seconds: float = Field(0.5, gt=0)
+    # Between passes while every open run trains with a live job and nothing else waits on the
+    # controller (a request, a job's end report, wakes it sooner).
+    steady_seconds: float = Field(2.0, gt=0)
     start_retries: int = Field(4, ge=0)
     retry_base_seconds: float = Field(2.0, ge=0)
     # How often in a row a job that dies without a report runs again from its last snapshot.

@@ -117,8 +117,9 @@ def decide(view: TaskView, status: JobStatus | None, log_tail: str, now: datetim
     )
 
 
-def reconcile_tasks(ctx: AppContext, limits: Limits) -> None:
-    """One pass over every open task, and every ended one whose claim is still open."""
+def reconcile_tasks(ctx: AppContext, limits: Limits) -> bool:
+    """One pass over every open task, and every ended one whose claim is still open; whether
+    there was any."""
     with ctx.db.session() as session:
         claims = {
             c.task_id: c.state
@@ -142,6 +143,7 @@ def reconcile_tasks(ctx: AppContext, limits: Limits) -> None:
             _reconcile(ctx, view, limits)
         except Exception:
             log.exception("reconciling task %s failed", view.id)
+    return bool(views)
 
 
 def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:

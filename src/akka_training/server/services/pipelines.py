@@ -275,10 +275,14 @@ def _start_stage(
     return run
 
 
-def advance_all(ctx: AppContext) -> None:
+def advance_all(ctx: AppContext) -> bool:
+    """Move every running pipeline on; whether any is running (the controller keeps its
+    pace while one is)."""
     with ctx.db.session() as session:
-        for pipeline in session.scalars(select(Pipeline).where(Pipeline.state == "RUNNING")):
+        running = session.scalars(select(Pipeline).where(Pipeline.state == "RUNNING")).all()
+        for pipeline in running:
             advance(session, ctx, pipeline)
+    return bool(running)
 
 
 def latest_stage_run(session: Session, pipeline_id: str, stage: str) -> Run | None:
