@@ -308,12 +308,6 @@ class HttpReporter:
             self._post(kind, body)
 
     def _send_loop(self) -> None:
-        import os as _os
-
-        if _os.environ.get("AKKA_BG_NICE"):
-            _os.setpriority(
-                _os.PRIO_PROCESS, threading.get_native_id(), int(_os.environ["AKKA_BG_NICE"])
-            )
         waiting: list[_Queued] = []  # step, rollout and snapshot reports to go as one
         last_sent = float("-inf")
         while True:

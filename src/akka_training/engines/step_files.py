@@ -58,12 +58,6 @@ class StepFileWriter(Generic[Item]):
         self._thread.join()
 
     def _loop(self) -> None:
-        import os as _os
-
-        if _os.environ.get("AKKA_BG_NICE"):
-            _os.setpriority(
-                _os.PRIO_PROCESS, threading.get_native_id(), int(_os.environ["AKKA_BG_NICE"])
-            )
         while True:
             entry = self._queue.get()
             try:

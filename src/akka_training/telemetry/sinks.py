@@ -144,12 +144,6 @@ class BackgroundSinks:
             sink.close()
 
     def _write(self) -> None:
-        import os as _os
-
-        if _os.environ.get("AKKA_BG_NICE"):
-            _os.setpriority(
-                _os.PRIO_PROCESS, threading.get_native_id(), int(_os.environ["AKKA_BG_NICE"])
-            )
         while True:
             item = self._queue.get()
             try:
