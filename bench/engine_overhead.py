@@ -50,6 +50,24 @@ this 2-core machine each percent of a core costs the step about as much again. M
 ratios here went from 1.14 to 1.07-1.11 (SFT) and from 1.30 to 1.06-1.19 (GRPO) over four runs
 of this benchmark on a quiet machine; on a GPU node the service runs elsewhere and a step waits
 for the device, not for the host's cores.
+
+What changed then (2026-12-05). Per-thread CPU (psutil) over the steady steps of a 200-step
+GRPO run put the service at 5% of a core (its controller 1.6%, report handling and the
+`runs wait` stream 2.4%, its event loop 0.9%) and the job's own threads at 3-4% (the step
+files 2.2%). A bare TRL script beside an idle service (no run) was 4% slower than alone (median
+of four alternating pairs), and no slower (0.98) beside one whose controller passed every 5 s: the
+passes every 0.5 s, each a dozen statements, preempt one of the two threads every matmul
+waits for, so they cost the step about twice their CPU. Now the controller passes every
+`trainer.controller.steady-seconds` (2 s) while it has nothing to move (every open run trains
+with a live job), and is woken at once by requests and end reports as before. A batch of
+reports is taken with one read of the rows it may replace and one flush (it flushed, deleted
+and looked up once a report: 10 -> 6 ms a batch of three steps, client and service in one
+process), and a step file is built in memory and stored with one write (pyarrow's path
+handling took 1.5 of the 2.5 ms a 32-rollout file cost). After: the service 2.7% of a core,
+its controller 0.4%. This benchmark then printed 1.047 (SFT) and 1.033 (GRPO) with three
+repeats, and 1.08-1.13 (SFT) and 1.12-1.20 (GRPO) in two runs with five, whose spreads (up
+to 0.85-1.85 for one pair) show the host's own noise: on this shared 2-core machine one
+benchmark run does not settle a 5% goal either way.
 """
 
 from __future__ import annotations
