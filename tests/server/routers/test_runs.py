@@ -452,14 +452,16 @@ def test_a_step_reported_again_replaces_its_figures_rollouts_and_snapshot_in_a_b
     snapshot = {"name": "step-2", "step": 2, "weights": f"runs/{run_id}/snapshots/step-2/weights/"}
     first = [
         step(1, 1.0, 100.0),
-        step(2, 0.9, 100.0),
+        step(2, 0.95, 50.0),
+        step(2, 0.9, 100.0),  # step 2 again in the same batch, right after: it replaces
         rollouts(2, [0.0, 1.0], "a.parquet"),
         {"kind": "snapshots", "body": snapshot},
-        step(2, 0.8, 300.0),  # step 2 again in the same batch: this one counts
+        step(2, 0.8, 300.0),  # and again after a snapshot: this one counts
         rollouts(2, [0.5, 0.5, 0.5], "b.parquet"),
         {"kind": "snapshots", "body": snapshot | {"weights": f"{snapshot['weights']}again/"}},
     ]
-    assert job.post(f"{base}/batch", json={"reports": first}).is_success
+    response = job.post(f"{base}/batch", json={"reports": first})
+    assert response.status_code == 200, response.text
 
     kept = api.get(f"/v1/runs/{run_id}/metrics").json()["steps"]
     assert [(s["step"], s["loss"]) for s in kept] == [(1, 1.0), (2, 0.8)]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
 from akka_training.api.jobs import REPORTS
@@ -163,8 +163,11 @@ def _step(t: _Taking, r: StepReport) -> None:
     totals = dict((run.summary or {}).get("totals") or {})
     if replaced is not None:
         totals = step_totals(totals, replaced.metrics, sign=-1)
-        session.delete(replaced)
-        session.flush()
+        if inspect(replaced).pending:  # reported earlier in this request: not written yet
+            session.expunge(replaced)
+        else:
+            session.delete(replaced)
+            session.flush()
     at = _ended_at(attempt, r, now)
     row = Step(run_id=run.id, step=r.step, attempt=attempt.number, metrics=r.metrics, created_at=at)
     session.add(row)
