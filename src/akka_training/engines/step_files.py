@@ -1,9 +1,10 @@
 """Keeping a step's rollouts off the training step's critical path.
 
 `StepFileWriter` takes each step's rollouts from the training loop and keeps them on one
-background thread: it writes the step file (atomically: a reader never sees half a file),
-uploads it and reports it, in step order. The queue is bounded (`DEPTH` steps), so a writer
-that falls behind slows the loop down rather than holding every step's rollouts in memory.
+background thread: it stores the step file (one write to the blob store, atomic: a reader
+never sees half a file) and reports it, in step order. The queue is bounded (`DEPTH` steps), so
+a writer that falls behind slows the loop down rather than holding every step's rollouts in
+memory.
 
 `wait` returns once every step handed over is kept; the job calls it before a snapshot is
 taken (a snapshot never refers to a rollout file not yet written) and when training ends

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import inspect, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from akka_training.api.jobs import REPORTS
@@ -159,19 +159,15 @@ def _step(t: _Taking, r: StepReport) -> None:
     session, run, attempt, now = t.session, t.run, t.attempt, t.now
     # A step of a new attempt replaces what an earlier attempt reported for the same step
     # (after a pause at the latest snapshot): the run's figures count the step once.
-    replaced = t.steps.get(r.step)
+    row = t.steps.get(r.step)
     totals = dict((run.summary or {}).get("totals") or {})
-    if replaced is not None:
-        totals = step_totals(totals, replaced.metrics, sign=-1)
-        if inspect(replaced).pending:  # reported earlier in this request: not written yet
-            session.expunge(replaced)
-        else:
-            session.delete(replaced)
-            session.flush()
+    if row is None:
+        row = t.steps[r.step] = Step(run_id=run.id, step=r.step)
+        session.add(row)
+    else:  # kept before (or earlier in this request): its figures stop counting
+        totals = step_totals(totals, row.metrics, sign=-1)
     at = _ended_at(attempt, r, now)
-    row = Step(run_id=run.id, step=r.step, attempt=attempt.number, metrics=r.metrics, created_at=at)
-    session.add(row)
-    t.steps[r.step] = row
+    row.attempt, row.metrics, row.created_at = attempt.number, r.metrics, at
     run.observed_step = r.step
     if r.total_steps is not None:
         run.total_steps = r.total_steps
