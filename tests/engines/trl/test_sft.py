@@ -12,8 +12,10 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from akka_training.core.resolved import ResumePoint, SourcePin
+from akka_training.engines.job import open_reporter, run_job
+from akka_training.engines.trl import steps as steps_module
 from tests.engines.conftest import ReportServer
-from tests.engines.jobs import make_spec, put_dataset, run_in_process
+from tests.engines.jobs import TOKEN, make_spec, put_dataset, run_in_process
 from tests.engines.rows import chat_rows, image_rows, long_chat_rows
 
 # Every test here trains a real job.
@@ -150,6 +152,58 @@ def test_a_pause_asked_for_during_a_step_saves_at_the_end_of_that_step(
     assert run_in_process(spec, tmp_path / "job") == 0
     assert [s["step"] for s in report_server.of("snapshots")] == [3]
     assert report_server.of("stopped")[0]["step"] == 3
+
+
+def test_a_pause_that_comes_during_a_periodic_save_stops_at_that_step_and_reports_it(
+    catalog: dict[str, dict[str, Any]],
+    report_server: ReportServer,
+    store: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Step 4 saves (`saveEvery` 2); the pause reaches the job while that save
+    # uploads, after the step's end hook read the directive. The snapshot just taken is the
+    # pause's: the job reports step 4 and stops there (it once saved again at step 5 and
+    # never reported step 4: the demo's run lost its step 20 so).
+    config = {
+        **SFT,
+        "hyperparams": {
+            **SFT["hyperparams"],
+            "training": {"maxSteps": 8, "batchSize": 2},
+        },
+    }
+    spec = make_spec(
+        model=catalog["tiny-chat"],
+        dataset=put_dataset(store, "maths", chat_rows(12)),
+        config=config,
+        trainer_url=report_server.url,
+        store=store,
+        execution={"saveEvery": 2},
+    )
+    spec.telemetry.report_seconds = 0
+    reporter = open_reporter(spec, TOKEN)
+    upload = steps_module.upload_snapshot
+
+    def upload_then_pause(*args: Any) -> Any:
+        report = upload(*args)
+        if report.step == 4:
+            report_server.script = lambda kind, body, reports: "save-and-stop"
+            reporter.refresh_action()
+            assert reporter.action == "save-and-stop"
+        return report
+
+    monkeypatch.setattr(steps_module, "upload_snapshot", upload_then_pause)
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    try:
+        assert run_job(spec, reporter, workdir) == 0
+    finally:
+        reporter.close()
+
+    assert [s["step"] for s in report_server.of("steps")] == [1, 2, 3, 4]
+    assert [s["step"] for s in report_server.of("snapshots")] == [2, 4]
+    assert report_server.of("stopped")[0]["step"] == 4
 
 
 def test_short_steps_are_each_reported_once_in_fewer_requests_and_a_pause_still_saves(

@@ -210,9 +210,13 @@ class StepReporting(TrainerCallback):
         if self.job.reporter.action == "save-and-stop" and not self._stop_after_save:
             # The directive came with this step's report answers: save now, report after.
             self._stop_after_save = True
-            control.should_save = True
-            self._pending.add("save")
-            return
+            if self._snapshot is None:
+                control.should_save = True
+                self._pending.add("save")
+                return
+            # This step's snapshot is taken already (a `saveEvery` step whose save came before
+            # the directive): the Trainer has passed its save, so asking for another would save
+            # during the next step, and this step would never be reported.
         self._flush(control)
 
     def _flush(self, control: TrainerControl) -> None:
