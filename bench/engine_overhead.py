@@ -13,6 +13,10 @@ figure the benchmark prints the median over the repeats with its spread (min-max
 - peak RSS of the training process, trainer / bare (shown, no goal).
 
     python bench/engine_overhead.py [--sft-steps 40] [--grpo-steps 16] [--repeats 3]
+    python bench/engine_overhead.py --bare-against-bare [--repeats 3]
+
+`--bare-against-bare` pairs the bare script with itself in the same way: the spread of those
+ratios is the host's own noise, the margin under which no trainer ratio can be told from 1.
 
 Where the time went (py-spy on the job process of a 600-step SFT run, 15 s at 200 Hz): before,
 the training thread spent about 10% of its time in `HttpReporter.refresh_action`, the
@@ -104,6 +108,12 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=3, help="Runs of each side, alternating (at least 3)."
     )
+    parser.add_argument(
+        "--bare-against-bare",
+        action="store_true",
+        help="Run the bare script against itself, paired as above: the ratios this host's own "
+        "noise gives, with no trainer at all.",
+    )
     args = parser.parse_args()
     if args.repeats < 3:
         parser.error("--repeats must be at least 3: one noisy run must not decide a figure")
@@ -114,6 +124,9 @@ def main() -> None:
         capture_output=True,
     )
     model_dir = str(models / "tiny-chat")
+    if args.bare_against_bare:
+        _bare_against_bare(model_dir, args.sft_steps, args.grpo_steps, args.repeats)
+        return
     # method -> [(trainer, bare)] per repeat
     results: dict[str, list[tuple[dict[str, float], dict[str, float]]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -177,6 +190,22 @@ def main() -> None:
     for method, runs in results.items():
         own = statistics.median(ours["own"] for ours, _ in runs)
         print(f"{method}: the job's own measure of its steps (between its step hooks): {own:.4f} s")
+
+
+def _bare_against_bare(model_dir: str, sft_steps: int, grpo_steps: int, repeats: int) -> None:
+    """The bare script against itself, in the pairs the benchmark runs: a ratio away from 1.00
+    here is the host's noise, and a trainer ratio within this spread is not told apart from it."""
+    print(f"{'figure':<42} {'median':>8} {'min-max':>17}")
+    for method, steps, data in (
+        ("sft", sft_steps, "arithmetic.jsonl"),
+        ("grpo", grpo_steps, "arithmetic-prompts.jsonl"),
+    ):
+        ratios = []
+        for _ in range(repeats):
+            first = _bare(method, model_dir, str(DATA / data), steps)
+            second = _bare(method, model_dir, str(DATA / data), steps)
+            ratios.append(second["step"] / first["step"])
+        _figure(f"{method} step time, bare / bare", ratios, None, "x")
 
 
 def _figure(name: str, values: list[float], goal: float | None, unit: str) -> None:
