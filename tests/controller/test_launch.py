@@ -79,7 +79,7 @@ def test_a_pending_attempt_gets_its_spec_token_and_environment(
             "collectorEndpoint": collector.endpoint,
             "traceparent": TRACEPARENT,
             "stallSeconds": 120.0,
-            "reportSeconds": 0.5,
+            "reportSeconds": 1.0,
             "mlflowUri": "http://mlflow.example:5000",
         },
         "maxSteps": None,
@@ -146,7 +146,7 @@ def test_a_plain_deployment_runs_the_engines_with_the_runs_own_trace(
         "collectorEndpoint": None,
         "traceparent": traced,
         "stallSeconds": 600.0,
-        "reportSeconds": 0.5,
+        "reportSeconds": 1.0,
         "mlflowUri": None,
     }
     assert sorted(untraced.env) == ["AKKA_JOB_TOKEN"]

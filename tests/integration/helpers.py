@@ -31,12 +31,17 @@ def scripted_settings(**trainer: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "catalog": SCRIPTED_CATALOG,
         "testing": {"scripted-jobs": True},
-        "controller": {"interval-seconds": 0.2, "retry-base-seconds": 0.2},
+        # Reports every 0.5 s: a pause asked for after a scripted run's third step lands well
+        # before its last (steps of 0.2-0.3 s, runs of ten).
+        "controller": {"interval-seconds": 0.2, "retry-base-seconds": 0.2, "report-seconds": 0.5},
         "local": {"stop-grace-seconds": 5},
         "pools": [{"name": "default", "accelerator": "cpu", "devices": 1}],
     }
     for key, value in trainer.items():
-        base[key.replace("_", "-")] = value
+        name = key.replace("_", "-")
+        if isinstance(value, dict) and isinstance(base.get(name), dict):
+            value = {**base[name], **value}  # a test's controller keys on top of these
+        base[name] = value
     return {"trainer": base}
 
 

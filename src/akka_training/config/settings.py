@@ -255,7 +255,7 @@ class Controller(_Section):
     stall_seconds: float = Field(600.0, gt=0)
     # A job sends its step, rollout and snapshot reports at most this often (those that come
     # meanwhile go in one request, which also asks for the directive); 0: each on its own.
-    report_seconds: float = Field(0.5, ge=0, le=60)
+    report_seconds: float = Field(1.0, ge=0, le=60)
     # How long the cluster may stay unreachable while a run waits before it fails.
     unreachable_seconds: float = Field(120.0, ge=0)
 

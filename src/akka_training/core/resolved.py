@@ -83,7 +83,7 @@ class Telemetry(PlanModel):
     traceparent: str | None = None
     stall_seconds: float = 600.0
     # How often at most the job sends its reports (trainer.controller.report-seconds).
-    report_seconds: float = Field(0.5, ge=0, le=60)
+    report_seconds: float = Field(1.0, ge=0, le=60)
     # An MLflow tracking server the job records the run in (trainer.tracking.mlflow-uri).
     mlflow_uri: str | None = None
 

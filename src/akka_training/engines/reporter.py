@@ -6,7 +6,7 @@ are retried with back-off for up to `patience` seconds; the job keeps training m
 final report (finished, stopped, failed) is sent synchronously after the queue has drained.
 
 Step, rollout and snapshot reports go at most once every `report_seconds`
-(``trainer.controller.report-seconds``, half a second by default): one that comes sooner after
+(``trainer.controller.report-seconds``, a second by default): one that comes sooner after
 the last ones sent waits, and the reports that queued meanwhile go as one ``batch`` report,
 before any report of another kind, so the service takes every report once and in order. Each
 step report carries its age (`StepReport.ago`), so the service records the step at the time it
@@ -111,7 +111,7 @@ class HttpReporter:
         *,
         patience: float = 900.0,
         heartbeat_seconds: float = 5.0,
-        report_seconds: float = 0.5,
+        report_seconds: float = 1.0,
     ) -> None:
         self._base = f"{trainer_url.rstrip('/')}/v1/jobs/{run_id}/attempts/{attempt}"
         self._client = httpx.Client(

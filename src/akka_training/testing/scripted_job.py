@@ -57,6 +57,7 @@ def main(path: str) -> int:
         spec.attempt,
         os.environ["AKKA_JOB_TOKEN"],
         heartbeat_seconds=1.0,
+        report_seconds=spec.telemetry.report_seconds,
     )
     blobs = open_blob_store(spec.storage_url, spec.storage_s3, where="job")
     settings = spec.settings

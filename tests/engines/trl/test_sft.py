@@ -209,7 +209,7 @@ def test_a_pause_that_comes_during_a_periodic_save_stops_at_that_step_and_report
 def test_short_steps_are_each_reported_once_in_fewer_requests_and_a_pause_still_saves(
     catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
 ) -> None:
-    # Steps of a few hundredths of a second, under the default `report-seconds` (0.5 s): the
+    # Steps of a few hundredths of a second, under the default `report-seconds` (1 s): the
     # job sends several steps in one request and asks for the directive about as often.
     config = {
         **SFT,
@@ -223,7 +223,7 @@ def test_short_steps_are_each_reported_once_in_fewer_requests_and_a_pause_still_
         store=store,
         execution={"saveEvery": 1000},
     )
-    assert spec.telemetry.report_seconds == 0.5
+    assert spec.telemetry.report_seconds == 1.0
     report_server.script = lambda kind, body, reports: (
         "save-and-stop"
         if any(r.kind == "steps" and r.body["step"] >= 5 for r in reports)

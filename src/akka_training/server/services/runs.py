@@ -322,6 +322,12 @@ def logs(
     return {**answer, "text": text, "offset": next_offset, "open": job_open}
 
 
+# How often `runs wait` looks at its run. Each look is a session, the run, its newest steps and
+# events: at every half second it cost a training service 0.7% of a core, which the training
+# threads beside it feel twice over on a small host (bench/engine_overhead.py).
+WAIT_POLL_SECONDS = 1.0
+
+
 def wait_lines(
     ctx: AppContext, principal: Principal, run_ref: str, timeout: float | None, until: str
 ) -> Iterator[bytes]:
@@ -364,7 +370,7 @@ def _wait_lines(
                 record = run_json(session, ctx, current)
                 yield _line({"type": "run", "timedOut": timed_out and not done, "run": record})
                 return
-        time.sleep(0.5)
+        time.sleep(WAIT_POLL_SECONDS)
 
 
 def _progress_line(session: Session, run: Run) -> dict[str, Any]:
