@@ -222,7 +222,9 @@ def generate(path: Path, size: int) -> int:
             rows += 1
 
 
-def copy_seconds(src: Path, dst: Path) -> float:
+def copy_seconds(src: Path, dst: Path, *, remove: bool = True) -> float:
+    """A plain copy read and written in 1 MiB blocks and synced; `dst` is removed after it
+    unless `remove` is false (then the next copy writes over it)."""
     started = time.perf_counter()
     with open(src, "rb") as a, open(dst, "wb") as b:
         while chunk := a.read(MIB):
@@ -230,7 +232,8 @@ def copy_seconds(src: Path, dst: Path) -> float:
         b.flush()
         os.fsync(b.fileno())
     seconds = time.perf_counter() - started
-    dst.unlink()
+    if remove:
+        dst.unlink()
     return seconds
 
 

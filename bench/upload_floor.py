@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from upload import MIB, generate
+from upload import MIB, copy_seconds, generate
 
 WAYS = ("hash+write", "pipelined", "write only", "hash only")
 
@@ -74,26 +74,15 @@ def measure(data: Path, work: Path, repeat: int) -> dict[str, list[float]]:
         port = ports.get(timeout=30)
         _send(port, data, WAYS[0])  # warm the page cache and the receiver
         for _ in range(repeat):
-            copy = _copy(data, work / "copy")
+            # Over the same file each round, as the receiver writes over one: a new file each
+            # round, after a deleted one, made this disk's sync take 0.15-0.55 s.
+            copy = copy_seconds(data, work / "copy", remove=False)
             for way in WAYS:
                 ratios[way].append(copy / _send(port, data, way))
     finally:
         receiver.kill()
         receiver.join()
     return ratios
-
-
-def _copy(src: Path, dst: Path) -> float:
-    """`bench/upload.py`'s copy, over the same file each round: the receiver also writes over
-    one file, so that both see the disk alike (a new file each round, after a deleted one, made
-    this disk's sync take 0.15-0.55 s)."""
-    started = time.perf_counter()
-    with open(src, "rb") as a, open(dst, "wb") as b:
-        while chunk := a.read(MIB):
-            b.write(chunk)
-        b.flush()
-        os.fsync(b.fileno())
-    return time.perf_counter() - started
 
 
 def _send(port: int, data: Path, way: str) -> float:

@@ -129,18 +129,7 @@ def test_pause_then_resume_continues_the_same_loss_curve(
 def test_a_pause_asked_for_during_a_step_saves_at_the_end_of_that_step(
     catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
 ) -> None:
-    config = {
-        **SFT,
-        "hyperparams": {**SFT["hyperparams"], "training": {"maxSteps": 8, "batchSize": 2}},
-    }
-    spec = make_spec(
-        model=catalog["tiny-chat"],
-        dataset=put_dataset(store, "maths", chat_rows(12)),
-        config=config,
-        trainer_url=report_server.url,
-        store=store,
-        execution={"saveEvery": 100},
-    )
+    spec = _short_steps(catalog, report_server, store, steps=8, save_every=100)
     # Each step asks on its own (a job whose steps are this short asks about once every
     # `report-seconds` by default: tests/engines/test_reporter.py).
     spec.telemetry.report_seconds = 0
@@ -165,21 +154,7 @@ def test_a_pause_that_comes_during_a_periodic_save_stops_at_that_step_and_report
     # uploads, after the step's end hook read the directive. The snapshot just taken is the
     # pause's: the job reports step 4 and stops there (it once saved again at step 5 and
     # never reported step 4: the demo's run lost its step 20 so).
-    config = {
-        **SFT,
-        "hyperparams": {
-            **SFT["hyperparams"],
-            "training": {"maxSteps": 8, "batchSize": 2},
-        },
-    }
-    spec = make_spec(
-        model=catalog["tiny-chat"],
-        dataset=put_dataset(store, "maths", chat_rows(12)),
-        config=config,
-        trainer_url=report_server.url,
-        store=store,
-        execution={"saveEvery": 2},
-    )
+    spec = _short_steps(catalog, report_server, store, steps=8, save_every=2)
     spec.telemetry.report_seconds = 0
     reporter = open_reporter(spec, TOKEN)
     upload = steps_module.upload_snapshot
@@ -211,18 +186,7 @@ def test_short_steps_are_each_reported_once_in_fewer_requests_and_a_pause_still_
 ) -> None:
     # Steps of a few hundredths of a second, under the default `report-seconds` (1 s): the
     # job sends several steps in one request and asks for the directive about as often.
-    config = {
-        **SFT,
-        "hyperparams": {**SFT["hyperparams"], "training": {"maxSteps": 200, "batchSize": 2}},
-    }
-    spec = make_spec(
-        model=catalog["tiny-chat"],
-        dataset=put_dataset(store, "maths", chat_rows(12)),
-        config=config,
-        trainer_url=report_server.url,
-        store=store,
-        execution={"saveEvery": 1000},
-    )
+    spec = _short_steps(catalog, report_server, store, steps=200, save_every=1000)
     assert spec.telemetry.report_seconds == 1.0
     report_server.script = lambda kind, body, reports: (
         "save-and-stop"
@@ -239,6 +203,28 @@ def test_short_steps_are_each_reported_once_in_fewer_requests_and_a_pause_still_
         requests = [k for k in report_server.requests if k in ("steps", "batch", "heartbeat")]
     assert "batch" in requests
     assert len(requests) < stopped, (len(requests), stopped)
+
+
+def _short_steps(
+    catalog: dict[str, dict[str, Any]],
+    report_server: ReportServer,
+    store: Any,
+    steps: int,
+    save_every: int,
+) -> Any:
+    """An SFT job of `steps` steps of a few hundredths of a second."""
+    config = {
+        **SFT,
+        "hyperparams": {**SFT["hyperparams"], "training": {"maxSteps": steps, "batchSize": 2}},
+    }
+    return make_spec(
+        model=catalog["tiny-chat"],
+        dataset=put_dataset(store, "maths", chat_rows(12)),
+        config=config,
+        trainer_url=report_server.url,
+        store=store,
+        execution={"saveEvery": save_every},
+    )
 
 
 def _losses(server: ReportServer, run_id: str) -> dict[int, float]:
