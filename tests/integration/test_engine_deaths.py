@@ -26,7 +26,13 @@ def trainer(trainer_factory: Any, dev_models: Path) -> Any:
         {
             "trainer": {
                 "dev-models-dir": str(dev_models),
-                "controller": {"interval-seconds": 0.2, "retry-base-seconds": 0.2},
+                # Reports every 0.5 s: the tests act at a step seen early in a run of steps of
+                # a few hundredths of a second, which must not have ended by then.
+                "controller": {
+                    "interval-seconds": 0.2,
+                    "retry-base-seconds": 0.2,
+                    "report-seconds": 0.5,
+                },
             }
         }
     )

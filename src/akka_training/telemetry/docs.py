@@ -430,7 +430,9 @@ _FILES = """\
 
 - `metrics.jsonl`: one JSON line per completed step,
   `{"step": 12, "kind": "rl", "time": 1767225600.123, "figures": {"reward/mean": 0.41, ...}}`
-  (a figure that is not a finite number is written as `null`).
+  (a figure that is not a finite number is written as `null`). A step's line is written within
+  half a second of its end: the lines of steps that end within that time are written together,
+  and all of them before the job exits.
 - `tensorboard/`: the same figures as TensorBoard scalars named `<kind>/<figure>`
   (`tensorboard --logdir` on the artifacts directory shows them). When the job exits they are
   kept with the run in the trainer's storage, at `runs/RUN/attempts/N/tensorboard/`.
