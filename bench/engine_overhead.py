@@ -167,10 +167,7 @@ def main() -> None:
                 "-f",
                 str(DATA / "arithmetic-prompts.jsonl"),
             )
-            for method, steps, data in (
-                ("sft", args.sft_steps, "arithmetic.jsonl"),
-                ("grpo", args.grpo_steps, "arithmetic-prompts.jsonl"),
-            ):
+            for method, steps, data in _methods(args.sft_steps, args.grpo_steps):
                 runs = results.setdefault(method, [])
                 for repeat in range(args.repeats):
                     if repeat % 2 == 0:
@@ -205,14 +202,19 @@ def main() -> None:
         print(f"{method}: the job's own measure of its steps (between its step hooks): {own:.4f} s")
 
 
+def _methods(sft_steps: int, grpo_steps: int) -> list[tuple[str, int, str]]:
+    """Each method the benchmark runs: its step count and its dataset under examples/data."""
+    return [
+        ("sft", sft_steps, "arithmetic.jsonl"),
+        ("grpo", grpo_steps, "arithmetic-prompts.jsonl"),
+    ]
+
+
 def _bare_against_bare(model_dir: str, sft_steps: int, grpo_steps: int, repeats: int) -> None:
     """The bare script against itself, in the pairs the benchmark runs: a ratio away from 1.00
     here is the host's noise, and a trainer ratio within this spread is not told apart from it."""
     print(f"{'figure':<42} {'median':>8} {'min-max':>17}")
-    for method, steps, data in (
-        ("sft", sft_steps, "arithmetic.jsonl"),
-        ("grpo", grpo_steps, "arithmetic-prompts.jsonl"),
-    ):
+    for method, steps, data in _methods(sft_steps, grpo_steps):
         ratios = []
         for _ in range(repeats):
             first = _bare(method, model_dir, str(DATA / data), steps)

@@ -90,6 +90,9 @@ class StepReport(PlanModel):
 # Reports a job may send several of in one ``batch`` report, and the most one batch holds (a
 # job sends more as several).
 BATCHED_KINDS = ("steps", "rollouts", "snapshots")
+# How often at most a job sends its batched reports, unless trainer.controller.report-seconds
+# says otherwise (the setting's own default is the same).
+REPORT_SECONDS = 1.0
 BATCH_LIMIT = 1000
 
 

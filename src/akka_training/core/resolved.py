@@ -10,6 +10,7 @@ from pydantic import Field
 
 from akka_training.core.catalog import Modality
 from akka_training.core.plans import Execution, PlanModel, RunConfig
+from akka_training.core.reports import REPORT_SECONDS
 from akka_training.core.storage import S3Options
 
 
@@ -83,7 +84,7 @@ class Telemetry(PlanModel):
     traceparent: str | None = None
     stall_seconds: float = 600.0
     # How often at most the job sends its reports (trainer.controller.report-seconds).
-    report_seconds: float = Field(1.0, ge=0, le=60)
+    report_seconds: float = Field(REPORT_SECONDS, ge=0, le=60)
     # An MLflow tracking server the job records the run in (trainer.tracking.mlflow-uri).
     mlflow_uri: str | None = None
 

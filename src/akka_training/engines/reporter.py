@@ -42,6 +42,7 @@ from akka_training.core.reports import (
     ACTION_RANK,
     BATCH_LIMIT,
     BATCHED_KINDS,
+    REPORT_SECONDS,
     Action,
     FailedReport,
     FinishedReport,
@@ -111,7 +112,7 @@ class HttpReporter:
         *,
         patience: float = 900.0,
         heartbeat_seconds: float = 5.0,
-        report_seconds: float = 1.0,
+        report_seconds: float = REPORT_SECONDS,
     ) -> None:
         self._base = f"{trainer_url.rstrip('/')}/v1/jobs/{run_id}/attempts/{attempt}"
         self._client = httpx.Client(

@@ -154,17 +154,22 @@ class BackgroundSinks:
         for sink in self.sinks:
             sink.close()
 
+    def _gather(self) -> list[tuple[str, int, dict[str, float]] | None]:
+        """What is queued once the first figures have waited `gather_seconds` (or a flush or
+        close cut that short)."""
+        items = [self._queue.get()]
+        if items[0] is not None:
+            self._hurry.wait(self.gather_seconds)
+        self._hurry.clear()
+        while True:
+            try:
+                items.append(self._queue.get_nowait())
+            except queue.Empty:
+                return items
+
     def _write(self) -> None:
         while True:
-            items = [self._queue.get()]
-            if items[0] is not None:
-                self._hurry.wait(self.gather_seconds)
-            self._hurry.clear()
-            while True:
-                try:
-                    items.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            items = self._gather()
             try:
                 for item in items:
                     if item is None:
