@@ -4,7 +4,6 @@ move runs, so this lives below them both."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,10 +13,8 @@ from sqlalchemy.orm import Session
 from akka_training.core.failures import FailureReason, failure_text
 from akka_training.core.phases import TERMINAL, Phase, RuleName, transition
 from akka_training.core.states import OPEN_CLAIM_STATES, ClaimState
+from akka_training.storage import listeners
 from akka_training.storage.models import Claim, Event, Run
-
-# Called with (project, reason) whenever a run fails; the service's telemetry counts them.
-FAILURE_LISTENERS: list[Callable[[str, FailureReason], None]] = []
 
 
 def move(
@@ -56,8 +53,9 @@ def move(
     if reason is not None:
         message += f": {failure_text(reason, detail, run.method).splitlines()[0]}"
         data["failureCode"] = reason.value
-        for listener in FAILURE_LISTENERS:
-            listener(run.project, reason)
+        heard = listeners.of(session)
+        if heard is not None:
+            heard.run_failed(run.project, reason)
     event(session, run.id, "phase", message, data, now)
     return new
 
