@@ -19,6 +19,7 @@ from akka_training.storage.tokens import revoke_attempt_tokens
 from akka_training.storage.transitions import (
     current_claim,
     event,
+    lock_run,
     move,
     open_claim,
     release_claim,
@@ -140,7 +141,7 @@ def _crashes(outcomes: list[str | None]) -> int:
 def apply(db: Database, view: RunView, decision: Decision, now: datetime | None = None) -> None:
     now = now or datetime.now(UTC)
     with db.session() as session:
-        run = session.get(Run, view.id, with_for_update=True)
+        run = lock_run(session, view.id)
         if run is None or run.phase != view.phase or run.requested != view.requested:
             return  # something moved the run since the view was taken; next pass decides again
         attempt = session.get(Attempt, (run.id, run.attempt)) if run.attempt else None
@@ -238,7 +239,7 @@ def record_launch_failure(
 ) -> None:
     now = datetime.now(UTC)
     with db.session() as session:
-        run = session.get(Run, run_id, with_for_update=True)
+        run = lock_run(session, run_id)
         attempt = session.get(Attempt, (run_id, number))
         if run is None or attempt is None or attempt.state != AttemptState.PENDING:
             return

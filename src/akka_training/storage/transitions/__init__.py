@@ -1,0 +1,41 @@
+"""State changes, one module a thing, each through one function with the named rules of `core`
+and checked against the row as stored (`rows`): runs (`runs.move`, `runs.request`, and their
+events) and claims (`claims.move_claim`). Both the request path (`server.services`) and the
+controller change states, so this lives below them both.
+"""
+
+from akka_training.storage.transitions.claims import (
+    TASK_CLAIM_KIND,
+    current_claim,
+    move_claim,
+    open_claim,
+    open_task_claim,
+    release_claim,
+    release_task_claim,
+    task_claim,
+)
+from akka_training.storage.transitions.runs import (
+    check_request,
+    event,
+    held_until,
+    lock_run,
+    move,
+    request,
+)
+
+__all__ = [
+    "TASK_CLAIM_KIND",
+    "check_request",
+    "current_claim",
+    "event",
+    "held_until",
+    "lock_run",
+    "move",
+    "move_claim",
+    "open_claim",
+    "open_task_claim",
+    "release_claim",
+    "release_task_claim",
+    "request",
+    "task_claim",
+]
