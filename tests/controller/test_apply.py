@@ -113,7 +113,7 @@ def test_a_finished_job_only_needs_its_bookkeeping(database: Database) -> None:
     with database.session() as session:
         run = add_run(session, phase=Phase.COMPLETED)
         add_claim(session, run)
-        add_attempt(session, run, 1).outcome = AttemptOutcome.FINISHED
+        add_attempt(session, run, 1, outcome=AttemptOutcome.FINISHED)
 
     apply(database, view_of(database), Decision(attempt_exited=True, release_claim=True), NOW)
 
@@ -403,8 +403,7 @@ def test_the_attempt_after_a_death_waits_for_its_back_off(database: Database) ->
     with database.session() as session:
         run = add_run(session, phase=Phase.QUEUED)
         add_claim(session, run)
-        first = add_attempt(session, run, 1, state=AttemptState.EXITED)
-        first.outcome = AttemptOutcome.CRASHED
+        add_attempt(session, run, 1, AttemptState.EXITED, outcome=AttemptOutcome.CRASHED)
     view = view_of(database)
     assert view.crashes == 1
     decision = Decision(rule=RuleName.ADMIT, new_attempt=True, launch_delay=2.0)
@@ -430,16 +429,15 @@ def test_views_read_together_are_each_runs_own_rows(database: Database) -> None:
         add_claim(session, queued, ClaimState.QUEUED)
         retried = add_run(session, "r-retried", phase=Phase.TRAINING)
         for number in (1, 2):
-            ended = add_attempt(session, retried, number, AttemptState.EXITED)
-            ended.outcome = AttemptOutcome.CRASHED
+            add_attempt(
+                session, retried, number, AttemptState.EXITED, outcome=AttemptOutcome.CRASHED
+            )
         add_attempt(session, retried, 3)
         add_claim(session, retried, ClaimState.RELEASED)
         add_claim(session, retried)
         recovered = add_run(session, "r-recovered", phase=Phase.PREPARING)
-        crashed = add_attempt(session, recovered, 1, AttemptState.EXITED)
-        crashed.outcome = AttemptOutcome.CRASHED
-        lost = add_attempt(session, recovered, 2, AttemptState.EXITED)
-        lost.outcome = AttemptOutcome.LOST
+        add_attempt(session, recovered, 1, AttemptState.EXITED, outcome=AttemptOutcome.CRASHED)
+        add_attempt(session, recovered, 2, AttemptState.EXITED, outcome=AttemptOutcome.LOST)
         add_attempt(session, recovered, 3, AttemptState.PENDING)
 
     with database.session() as session:

@@ -19,21 +19,26 @@ from akka_training.core.failures import FailureReason
 from akka_training.core.phases import Phase, RuleName
 from akka_training.core.rules import IllegalTransition, MovedMeanwhile
 from akka_training.core.states import (
+    AttemptOutcome,
+    AttemptRule,
+    AttemptState,
     ClaimRule,
     ClaimState,
     Request,
 )
 from akka_training.storage.db import Database
-from akka_training.storage.models import Claim, Run
+from akka_training.storage.models import Attempt, Claim, Run
 from akka_training.storage.transitions import (
     current_claim,
     lock_run,
     move,
+    move_attempt,
     move_claim,
+    record_outcome,
     release_claim,
     request,
 )
-from tests.controller.rows import T0, add_claim, add_run
+from tests.controller.rows import T0, add_attempt, add_claim, add_run
 
 LATER = T0 + timedelta(minutes=5)
 
@@ -178,6 +183,34 @@ def test_a_claim_released_meanwhile_is_not_granted(database: Database) -> None:
             f"Claim {claim.id} is now RELEASED: it changed while this was being decided, and "
             "the rule 'grant' was not applied."
         )
+
+
+def test_an_attempt_ends_once_and_keeps_the_end_its_job_reported(database: Database) -> None:
+    with database.session() as session:
+        run = add_run(session, phase=Phase.PREPARING)
+        add_attempt(session, run, 1, AttemptState.PENDING)
+        add_attempt(session, run, 2)
+    with database.session() as launching:
+        first = launching.get(Attempt, ("r1", 1))
+        assert first is not None
+        with database.session() as failing:
+            attempt = failing.get(Attempt, ("r1", 1))
+            assert attempt is not None
+            move_attempt(failing, attempt, AttemptRule.EXIT, outcome=AttemptOutcome.NOT_STARTED)
+        with pytest.raises(MovedMeanwhile, match=r"^Attempt 1 of run r1 is now exited: "):
+            move_attempt(launching, first, AttemptRule.LAUNCH, handle={"pid": 1})
+    with database.session() as session:
+        second = session.get(Attempt, ("r1", 2))
+        assert second is not None
+        record_outcome(session, second, AttemptOutcome.FINISHED)
+        with pytest.raises(IllegalTransition) as refused:
+            record_outcome(session, second, AttemptOutcome.FAILED)
+        assert refused.value.message == "Attempt 2 of run r1 has already ended (finished)."
+        move_attempt(session, second, AttemptRule.EXIT, outcome=AttemptOutcome.CRASHED, now=LATER)
+    with database.session() as session:
+        ended = session.get(Attempt, ("r1", 2))
+        assert ended is not None
+        assert (ended.state, ended.outcome, ended.ended_at) == ("exited", "finished", LATER)
 
 
 def test_a_failed_run_is_heard_by_its_own_database_s_listeners_only(database: Database) -> None:

@@ -32,7 +32,7 @@ from akka_training.core.states import AttemptOutcome, Request
 from akka_training.server.auth import Principal
 from akka_training.storage.models import Attempt, RolloutStep, Run, Snapshot, Step
 from akka_training.storage.tokens import revoke_attempt_tokens
-from akka_training.storage.transitions import event, lock_run, move
+from akka_training.storage.transitions import event, lock_run, move, record_outcome
 
 
 def handle(
@@ -251,7 +251,7 @@ def _heartbeat(t: _Taking, r: HeartbeatReport) -> None:
 
 def _finished(t: _Taking, r: FinishedReport) -> None:
     session, run, attempt, now = t.session, t.run, t.attempt, t.now
-    attempt.outcome = AttemptOutcome.FINISHED
+    record_outcome(session, attempt, AttemptOutcome.FINISHED)
     run.adapter = r.adapter
     run.observed_step = max(run.observed_step, r.step)
     if r.adapter_modules:
@@ -266,13 +266,13 @@ def _stopped(t: _Taking, r: StoppedReport) -> None:
     session, run, attempt = t.session, t.run, t.attempt
     # The run becomes PAUSED or CANCELLED once the job has exited and its devices are free: the
     # controller moves it then (a resume must find the devices released).
-    attempt.outcome = AttemptOutcome.STOPPED
+    record_outcome(session, attempt, AttemptOutcome.STOPPED)
     event(session, run.id, "job", f"attempt {attempt.number} stopped at step {r.step}")
 
 
 def _failed(t: _Taking, r: FailedReport) -> None:
     session, run, attempt, now = t.session, t.run, t.attempt, t.now
-    attempt.outcome = AttemptOutcome.FAILED
+    record_outcome(session, attempt, AttemptOutcome.FAILED)
     try:
         reason = FailureReason(r.code)
     except ValueError:

@@ -1,9 +1,10 @@
 """State changes, one module a thing, each through one function with the named rules of `core`
 and checked against the row as stored (`rows`): runs (`runs.move`, `runs.request`, and their
-events) and claims (`claims.move_claim`). Both the request path (`server.services`) and the
-controller change states, so this lives below them both.
+events), claims (`claims.move_claim`) and attempts (`attempts.move_attempt`). Both the request
+path (`server.services`) and the controller change states, so this lives below them both.
 """
 
+from akka_training.storage.transitions.attempts import move_attempt, record_outcome
 from akka_training.storage.transitions.claims import (
     TASK_CLAIM_KIND,
     current_claim,
@@ -31,9 +32,11 @@ __all__ = [
     "held_until",
     "lock_run",
     "move",
+    "move_attempt",
     "move_claim",
     "open_claim",
     "open_task_claim",
+    "record_outcome",
     "release_claim",
     "release_task_claim",
     "request",
