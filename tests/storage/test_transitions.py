@@ -25,18 +25,23 @@ from akka_training.core.states import (
     ClaimRule,
     ClaimState,
     Request,
+    TaskRule,
+    TaskState,
 )
 from akka_training.storage.db import Database
-from akka_training.storage.models import Attempt, Claim, Run
+from akka_training.storage.models import Attempt, Claim, Run, Task, Token
+from akka_training.storage.tokens import create_task_token
 from akka_training.storage.transitions import (
     current_claim,
     lock_run,
     move,
     move_attempt,
     move_claim,
+    move_task,
     record_outcome,
     release_claim,
     request,
+    request_cancel,
 )
 from tests.controller.rows import T0, add_attempt, add_claim, add_run
 
@@ -211,6 +216,35 @@ def test_an_attempt_ends_once_and_keeps_the_end_its_job_reported(database: Datab
         ended = session.get(Attempt, ("r1", 2))
         assert ended is not None
         assert (ended.state, ended.outcome, ended.ended_at) == ("exited", "finished", LATER)
+
+
+def test_a_task_ends_once_and_its_token_with_it(database: Database) -> None:
+    with database.session() as session:
+        add_run(session)  # its project
+        session.add(Task(id="tk1", kind="merge", project="maths", pool="default", created_at=T0))
+        session.flush()
+        create_task_token(session, "tk1", "maths")
+    with database.session() as reporting:
+        task = reporting.get(Task, "tk1")
+        assert task is not None
+        with database.session() as cancelling:
+            other = cancelling.get(Task, "tk1")
+            assert other is not None
+            move_task(cancelling, other, TaskRule.CANCEL, now=LATER)
+        with pytest.raises(MovedMeanwhile) as refused:
+            move_task(reporting, task, TaskRule.SUCCEED)
+        assert refused.value.message == (
+            "Task tk1 is now CANCELLED: it changed while this was being decided, and the rule "
+            "'succeed' was not applied."
+        )
+        with pytest.raises(IllegalTransition) as ended:
+            request_cancel(reporting, task)
+        assert ended.value.message == "Task tk1 is already CANCELLED."
+    with database.session() as session:
+        task = session.get(Task, "tk1")
+        assert task is not None
+        assert (task.state, task.ended_at) == (TaskState.CANCELLED, LATER)
+        assert session.scalars(select(Token.revoked_at).where(Token.task_id == "tk1")).one()
 
 
 def test_a_failed_run_is_heard_by_its_own_database_s_listeners_only(database: Database) -> None:

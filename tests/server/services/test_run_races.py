@@ -1,6 +1,7 @@
 """A user's pause, cancel and resume racing each other and the end of the run (the job's end
-report, the controller's `apply`), on SQLite and Postgres: whoever changes the run second sees
-it as the first one left it, and a lost race answers with the run's real phase.
+report, the controller's `apply`), and a task's cancel racing its job's result, on SQLite and
+Postgres: whoever changes the row second sees it as the first one left it, and a lost race
+answers with the real phase or state.
 
 Each race is set up the same way: the first action's request goes until it is about to lock or
 write the run's row; there the rival runs, to its end, in a thread and sessions of its own; then
@@ -28,15 +29,18 @@ from akka_training.controller.apply import apply, load_view, record_launched
 from akka_training.controller.views import Decision, Limits, Probe
 from akka_training.core.failures import FailureReason
 from akka_training.core.phases import RuleName
+from akka_training.server.services import tasks
 from akka_training.storage.models import Claim, Run
+from akka_training.storage.tokens import create_task_token
 from akka_training.testing.app import InProcessTrainer
 from tests.server.routers.helpers import answer, chat_rows, error, register, sft_plan
 
-# The statements by which a request first takes hold of a run: a locking read of its row, or a
-# write of it, its claim or its events (a token's last use is written earlier, elsewhere).
+# The statements by which a request first takes hold of a run or a task: a locking read of its
+# row, or a write of it, its claim or its events (a token's last use is written earlier,
+# elsewhere).
 _TAKES_HOLD = re.compile(
-    r"^\s*(UPDATE (runs|claims)\b|INSERT INTO (events|claims)\b"
-    r"|SELECT\b.*\sFROM runs\b.*\sFOR UPDATE)",
+    r"^\s*(UPDATE (runs|tasks|claims)\b|INSERT INTO (events|claims)\b"
+    r"|SELECT\b.*\sFROM (runs|tasks)\b.*\sFOR UPDATE)",
     re.DOTALL,
 )
 
@@ -276,6 +280,41 @@ def test_a_pause_after_an_answered_cancel_is_refused_and_the_job_is_still_told_t
     gone = Probe(status=JobStatus("exited", exit_code=0))
     apply(trainer.ctx.db, view, training.process(view, gone, now, LIMITS), now)
     assert_ended(stored(trainer, run_id), "CANCELLED")
+
+
+def test_a_task_cancel_that_loses_to_the_task_s_result_answers_it_succeeded(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> None:
+    task_id, job = pending_task(trainer)
+    result = {"result": {"rows": 3}}
+    with rival_first(
+        trainer, lambda: job.post(f"/v1/tasks/{task_id}/reports/finished", json=result)
+    ) as rival:
+        cancelled = api.post(f"/v1/tasks/{task_id}/cancel")
+    assert rival[0].json() == {"action": "continue"}
+    assert answer(cancelled) == (409, error("conflict", f"Task {task_id} is already SUCCEEDED."))
+    task = api.get(f"/v1/tasks/{task_id}").json()
+    assert (task["state"], task["result"]) == ("SUCCEEDED", {"rows": 3})
+
+
+def test_a_task_result_that_loses_to_a_cancel_is_told_to_stop(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> None:
+    task_id, job = pending_task(trainer)
+    with rival_first(trainer, lambda: api.post(f"/v1/tasks/{task_id}/cancel")) as rival:
+        finished = job.post(f"/v1/tasks/{task_id}/reports/finished", json={"result": {}})
+    assert rival[0].json()["state"] == "CANCELLED"
+    assert answer(finished) == (409, error("conflict", f"Task {task_id} is CANCELLED; stop."))
+    task = api.get(f"/v1/tasks/{task_id}").json()
+    assert (task["state"], task["result"]) == ("CANCELLED", None)
+
+
+def pending_task(trainer: InProcessTrainer) -> tuple[str, httpx.Client]:
+    """A task not launched yet, and a client holding its job's token."""
+    with trainer.ctx.db.session() as session:
+        task = tasks.submit(session, kind="merge", project="maths", pool="default", params={})
+        token = create_task_token(session, task.id, "maths")
+    return task.id, trainer.client(token)
 
 
 def being_cancelled(run_id: str) -> str:

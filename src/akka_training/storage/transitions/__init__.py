@@ -1,7 +1,8 @@
 """State changes, one module a thing, each through one function with the named rules of `core`
 and checked against the row as stored (`rows`): runs (`runs.move`, `runs.request`, and their
-events), claims (`claims.move_claim`) and attempts (`attempts.move_attempt`). Both the request
-path (`server.services`) and the controller change states, so this lives below them both.
+events), claims (`claims.move_claim`), attempts (`attempts.move_attempt`) and tasks
+(`tasks.move_task`). Both the request path (`server.services`) and the controller change states,
+so this lives below them both.
 """
 
 from akka_training.storage.transitions.attempts import move_attempt, record_outcome
@@ -23,6 +24,7 @@ from akka_training.storage.transitions.runs import (
     move,
     request,
 )
+from akka_training.storage.transitions.tasks import lock_task, move_task, request_cancel
 
 __all__ = [
     "TASK_CLAIM_KIND",
@@ -31,14 +33,17 @@ __all__ = [
     "event",
     "held_until",
     "lock_run",
+    "lock_task",
     "move",
     "move_attempt",
     "move_claim",
+    "move_task",
     "open_claim",
     "open_task_claim",
     "record_outcome",
     "release_claim",
     "release_task_claim",
     "request",
+    "request_cancel",
     "task_claim",
 ]
