@@ -24,12 +24,14 @@ from akka_training.core.states import (
     AttemptState,
     ClaimRule,
     ClaimState,
+    PipelineRule,
+    PipelineState,
     Request,
     TaskRule,
     TaskState,
 )
 from akka_training.storage.db import Database
-from akka_training.storage.models import Attempt, Claim, Run, Task, Token
+from akka_training.storage.models import Attempt, Claim, Pipeline, Run, Task, Token
 from akka_training.storage.tokens import create_task_token
 from akka_training.storage.transitions import (
     current_claim,
@@ -37,6 +39,7 @@ from akka_training.storage.transitions import (
     move,
     move_attempt,
     move_claim,
+    move_pipeline,
     move_task,
     record_outcome,
     release_claim,
@@ -245,6 +248,30 @@ def test_a_task_ends_once_and_its_token_with_it(database: Database) -> None:
         assert task is not None
         assert (task.state, task.ended_at) == (TaskState.CANCELLED, LATER)
         assert session.scalars(select(Token.revoked_at).where(Token.task_id == "tk1")).one()
+
+
+def test_a_pipeline_moved_meanwhile_is_not_ended_again(database: Database) -> None:
+    with database.session() as session:
+        add_run(session)  # its project
+        session.add(Pipeline(id="p1", project="maths", plan={}, state=PipelineState.RUNNING))
+    with database.session() as advancing:
+        pipeline = advancing.get(Pipeline, "p1")
+        assert pipeline is not None
+        with database.session() as cancelling:
+            other = cancelling.get(Pipeline, "p1")
+            assert other is not None
+            move_pipeline(cancelling, other, PipelineRule.CANCEL, failure="cancelled by request")
+        with pytest.raises(MovedMeanwhile) as refused:
+            move_pipeline(advancing, pipeline, PipelineRule.COMPLETE)
+        assert refused.value.message == (
+            "Pipeline p1 is now CANCELLED: it changed while this was being decided, and the "
+            "rule 'complete' was not applied."
+        )
+        move_pipeline(advancing, pipeline, PipelineRule.RESUME)
+    with database.session() as session:
+        pipeline = session.get(Pipeline, "p1")
+        assert pipeline is not None
+        assert (pipeline.state, pipeline.failure, pipeline.ended_at) == ("RUNNING", None, None)
 
 
 def test_a_failed_run_is_heard_by_its_own_database_s_listeners_only(database: Database) -> None:
