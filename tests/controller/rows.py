@@ -12,7 +12,7 @@ from akka_training.core.blobkeys import rollouts_key, snapshot_keys
 from akka_training.core.phases import Phase
 from akka_training.core.plans import Execution, RunConfig
 from akka_training.core.resolved import BaseModelPin, DatasetPin, Settings
-from akka_training.core.states import AttemptState, ClaimState
+from akka_training.core.states import AttemptOutcome, AttemptState, ClaimState
 from akka_training.storage.models import (
     Attempt,
     Claim,
@@ -123,11 +123,15 @@ def add_attempt(
     number: int,
     state: AttemptState = AttemptState.LAUNCHED,
     resume_snapshot: str | None = None,
+    outcome: AttemptOutcome | None = None,
 ) -> Attempt:
+    """Attempt `number` of `run` in `state`, ended with `outcome` (as its job reported it, or
+    the controller found it)."""
     attempt = Attempt(
         run_id=run.id,
         number=number,
         state=state,
+        outcome=outcome,
         handle={"pid": 4242} if state != AttemptState.PENDING else None,
         resume_snapshot=resume_snapshot,
         created_at=T0,

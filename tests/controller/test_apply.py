@@ -23,6 +23,7 @@ from akka_training.core.states import AttemptOutcome, AttemptState, ClaimState, 
 from akka_training.storage.db import Database
 from akka_training.storage.models import Attempt, Claim, Event, RolloutStep, Run, Step, Token
 from akka_training.storage.tokens import create_job_token
+from akka_training.storage.transitions import move, request
 from tests.controller.rows import (
     T0,
     add_attempt,
@@ -112,7 +113,7 @@ def test_a_finished_job_only_needs_its_bookkeeping(database: Database) -> None:
     with database.session() as session:
         run = add_run(session, phase=Phase.COMPLETED)
         add_claim(session, run)
-        add_attempt(session, run, 1).outcome = AttemptOutcome.FINISHED
+        add_attempt(session, run, 1, outcome=AttemptOutcome.FINISHED)
 
     apply(database, view_of(database), Decision(attempt_exited=True, release_claim=True), NOW)
 
@@ -214,42 +215,48 @@ def test_a_quiet_job_is_marked_stalled(database: Database) -> None:
 
 
 def test_a_run_that_moved_since_its_view_is_left_alone(database: Database) -> None:
+    runs = ("r-cancel", "r-paused", "r-again")
     with database.session() as session:
-        run = add_run(session)
-        add_claim(session, run)
-        add_attempt(session, run, 1)
-    stale = view_of(database)
+        for run_id in runs:
+            run = add_run(session, run_id)
+            add_claim(session, run)
+            add_attempt(session, run, 1)
+    stale = [view_of(database, run_id) for run_id in runs]
     fail = Decision(
         rule=RuleName.FAIL,
         reason=FailureReason.JOB_CRASHED,
         attempt_exited=True,
         release_claim=True,
     )
-    # A user asked for a pause after the view was taken.
     with database.session() as session:
-        run = stored(session)
-        run.requested = Request.PAUSE_SAVE
-    apply(database, stale, fail, NOW)
-    # The run moved to another phase.
-    with database.session() as session:
-        run = stored(session)
-        run.requested, run.phase = None, Phase.PAUSING.value
-    apply(database, stale, fail, NOW)
-    # A new attempt replaced the one the view saw.
-    with database.session() as session:
-        run = stored(session)
-        run.phase = Phase.TRAINING.value
-        add_attempt(session, run, 2, AttemptState.PENDING)
-    apply(database, stale, fail, NOW)
+        # A user asked for a cancel after the views were taken,
+        request(session, stored(session, "r-cancel"), Request.CANCEL, NOW)
+        # another for a pause (the run moved to another phase),
+        paused = stored(session, "r-paused")
+        move(session, paused, RuleName.REQUEST_PAUSE, request=Request.PAUSE_SAVE, now=NOW)
+        # and a new attempt replaced the one the view saw (the job was lost and ran again).
+        again = stored(session, "r-again")
+        for rule in (RuleName.REQUEUE, RuleName.ADMIT, RuleName.START_TRAINING):
+            move(session, again, rule, now=NOW)
+        add_attempt(session, again, 2, AttemptState.PENDING)
+    told = {run_id: events(database, run_id) for run_id in runs}
+
+    for view in stale:
+        apply(database, view, fail, NOW)
 
     with database.session() as session:
-        run = stored(session)
-        attempt = session.get(Attempt, ("r1", 1))
-        assert attempt is not None
-        assert run.phase == "TRAINING" and run.failure_code is None
-        assert attempt.state == "launched"
-    assert claims(database) == [("GRANTED", 1)]
-    assert events(database) == []
+        left = {}
+        for run_id in runs:
+            run, attempt = stored(session, run_id), session.get(Attempt, (run_id, 1))
+            assert attempt is not None
+            left[run_id] = (run.phase, run.failure_code, attempt.state)
+    assert left == {
+        "r-cancel": ("TRAINING", None, "launched"),
+        "r-paused": ("PAUSING", None, "launched"),
+        "r-again": ("TRAINING", None, "launched"),
+    }
+    assert all(claims(database, run_id) == [("GRANTED", 1)] for run_id in runs)
+    assert {run_id: events(database, run_id) for run_id in runs} == told
 
 
 def test_a_launch_is_recorded_once(database: Database) -> None:
@@ -396,8 +403,7 @@ def test_the_attempt_after_a_death_waits_for_its_back_off(database: Database) ->
     with database.session() as session:
         run = add_run(session, phase=Phase.QUEUED)
         add_claim(session, run)
-        first = add_attempt(session, run, 1, state=AttemptState.EXITED)
-        first.outcome = AttemptOutcome.CRASHED
+        add_attempt(session, run, 1, AttemptState.EXITED, outcome=AttemptOutcome.CRASHED)
     view = view_of(database)
     assert view.crashes == 1
     decision = Decision(rule=RuleName.ADMIT, new_attempt=True, launch_delay=2.0)
@@ -423,16 +429,15 @@ def test_views_read_together_are_each_runs_own_rows(database: Database) -> None:
         add_claim(session, queued, ClaimState.QUEUED)
         retried = add_run(session, "r-retried", phase=Phase.TRAINING)
         for number in (1, 2):
-            ended = add_attempt(session, retried, number, AttemptState.EXITED)
-            ended.outcome = AttemptOutcome.CRASHED
+            add_attempt(
+                session, retried, number, AttemptState.EXITED, outcome=AttemptOutcome.CRASHED
+            )
         add_attempt(session, retried, 3)
         add_claim(session, retried, ClaimState.RELEASED)
         add_claim(session, retried)
         recovered = add_run(session, "r-recovered", phase=Phase.PREPARING)
-        crashed = add_attempt(session, recovered, 1, AttemptState.EXITED)
-        crashed.outcome = AttemptOutcome.CRASHED
-        lost = add_attempt(session, recovered, 2, AttemptState.EXITED)
-        lost.outcome = AttemptOutcome.LOST
+        add_attempt(session, recovered, 1, AttemptState.EXITED, outcome=AttemptOutcome.CRASHED)
+        add_attempt(session, recovered, 2, AttemptState.EXITED, outcome=AttemptOutcome.LOST)
         add_attempt(session, recovered, 3, AttemptState.PENDING)
 
     with database.session() as session:

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 from akka_training.backends.base import JobStatus
 from akka_training.controller.tasks import TaskDecision, TaskView, decide
-from akka_training.core.states import TaskState
+from akka_training.core.states import TaskRule
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -37,9 +37,7 @@ def test_a_pending_task_launches_once_its_back_off_has_passed() -> None:
 
 
 def test_a_cancelled_pending_task_ends_without_a_job() -> None:
-    assert decide(pending(requested="cancel"), None, "", NOW) == TaskDecision(
-        end=TaskState.CANCELLED
-    )
+    assert decide(pending(requested="cancel"), None, "", NOW) == TaskDecision(end=TaskRule.CANCEL)
 
 
 def test_a_running_task_is_left_alone_until_its_job_is_gone() -> None:
@@ -54,22 +52,20 @@ def test_a_cancel_stops_the_job_once_and_ends_the_task_when_it_is_gone() -> None
     )
     sent = view(requested="cancel", stop_sent=True)
     assert decide(sent, JobStatus("running"), "", NOW) == TaskDecision()
-    assert decide(sent, JobStatus("exited", None, 15), "", NOW) == TaskDecision(
-        end=TaskState.CANCELLED
-    )
+    assert decide(sent, JobStatus("exited", None, 15), "", NOW) == TaskDecision(end=TaskRule.CANCEL)
 
 
 def test_a_job_gone_without_a_report_fails_the_task_with_its_last_words() -> None:
     tail = "loading\n\nTraceback (most recent call last):\nRuntimeError: boom\n"
     decision = decide(view(), JobStatus("exited", 3), tail, NOW)
     assert decision == TaskDecision(
-        end=TaskState.FAILED,
+        end=TaskRule.FAIL,
         failure="this task's job ended without reporting its result (exit code 3); its last "
         "lines of output are in the detail",
         detail="loading\nTraceback (most recent call last):\nRuntimeError: boom",
     )
     lost = decide(view(), JobStatus("missing", detail="Ray lost it"), "", NOW)
-    assert lost.end == TaskState.FAILED and lost.failure is not None
+    assert lost.end == TaskRule.FAIL and lost.failure is not None
     assert "(the cluster lost it)" in lost.failure
     killed = decide(view(), JobStatus("exited", None, 9), "", NOW)
     assert killed.failure is not None and "(signal 9)" in killed.failure
@@ -84,7 +80,7 @@ def test_a_task_whose_claim_is_queued_waits_for_its_devices() -> None:
     assert decide(pending(claim_state="GRANTED"), None, "", NOW) == TaskDecision(launch=True)
     # A cancel while it waits ends it and gives its place back.
     assert decide(pending(claim_state="QUEUED", requested="cancel"), None, "", NOW) == (
-        TaskDecision(end=TaskState.CANCELLED, release_claim=True)
+        TaskDecision(end=TaskRule.CANCEL, release_claim=True)
     )
 
 
@@ -100,10 +96,10 @@ def test_a_tasks_claim_is_released_once_its_job_is_gone_however_it_ended() -> No
     assert decide(never, None, "", NOW) == TaskDecision(release_claim=True)
     # Killed: gone without a report.
     killed = decide(view(**granted), JobStatus("exited", None, 9), "", NOW)
-    assert (killed.end, killed.release_claim) == (TaskState.FAILED, True)
+    assert (killed.end, killed.release_claim) == (TaskRule.FAIL, True)
     cancelled = view(requested="cancel", stop_sent=True, **granted)
     assert decide(cancelled, JobStatus("exited", None, 15), "", NOW) == TaskDecision(
-        end=TaskState.CANCELLED, release_claim=True
+        end=TaskRule.CANCEL, release_claim=True
     )
     # A task without a claim has nothing to give back.
     assert decide(view(state="SUCCEEDED", reported=True), JobStatus("exited", 0), "", NOW) == (

@@ -11,15 +11,22 @@ from sqlalchemy.orm import Session
 
 from akka_training.controller.views import AttemptView, Decision, RunView
 from akka_training.core.failures import FailureReason
-from akka_training.core.phases import Phase, RuleName
-from akka_training.core.states import OPEN_CLAIM_STATES, AttemptOutcome, AttemptState
+from akka_training.core.phases import TERMINAL, Phase, RuleName
+from akka_training.core.states import (
+    OPEN_CLAIM_STATES,
+    AttemptOutcome,
+    AttemptRule,
+    AttemptState,
+)
 from akka_training.storage.db import Database
 from akka_training.storage.models import Attempt, Claim, RolloutStep, Run, Snapshot, Step
 from akka_training.storage.tokens import revoke_attempt_tokens
 from akka_training.storage.transitions import (
     current_claim,
     event,
+    lock_run,
     move,
+    move_attempt,
     open_claim,
     release_claim,
 )
@@ -140,20 +147,16 @@ def _crashes(outcomes: list[str | None]) -> int:
 def apply(db: Database, view: RunView, decision: Decision, now: datetime | None = None) -> None:
     now = now or datetime.now(UTC)
     with db.session() as session:
-        run = session.get(Run, view.id, with_for_update=True)
+        run = lock_run(session, view.id)
         if run is None or run.phase != view.phase or run.requested != view.requested:
             return  # something moved the run since the view was taken; next pass decides again
         attempt = session.get(Attempt, (run.id, run.attempt)) if run.attempt else None
         if (attempt.number if attempt else None) != (view.attempt.number if view.attempt else None):
             return
         if decision.attempt_exited and attempt is not None and attempt.state != AttemptState.EXITED:
-            attempt.state = AttemptState.EXITED
-            attempt.ended_at = now
-            attempt.outcome = attempt.outcome or (
-                AttemptOutcome.LOST
-                if decision.rule == RuleName.REQUEUE and not decision.retry
-                else AttemptOutcome.CRASHED
-            )
+            lost = decision.rule == RuleName.REQUEUE and not decision.retry
+            outcome = AttemptOutcome.LOST if lost else AttemptOutcome.CRASHED
+            move_attempt(session, attempt, AttemptRule.EXIT, outcome=outcome, now=now)
             revoke_attempt_tokens(session, run.id, attempt.number, now)
         if decision.retry and attempt is not None and decision.note:
             event(session, run.id, "job", f"attempt {attempt.number} {decision.note}")
@@ -217,12 +220,13 @@ def new_attempt(session: Session, run: Run, now: datetime) -> Attempt:
 
 def record_launched(db: Database, run_id: str, number: int, handle: dict[str, Any]) -> None:
     with db.session() as session:
+        # The run first, as every change of a run's rows does: a cancel or a pass that ends the
+        # attempt meanwhile comes before or after this, not in between.
+        lock_run(session, run_id)
         attempt = session.get(Attempt, (run_id, number))
         if attempt is None or attempt.state != AttemptState.PENDING:
             return
-        attempt.state = AttemptState.LAUNCHED
-        attempt.handle = handle
-        attempt.launched_at = datetime.now(UTC)
+        move_attempt(session, attempt, AttemptRule.LAUNCH, handle=handle)
         attempt.launch_tries += 1
         event(session, run_id, "job", f"attempt {number} launched")
 
@@ -238,7 +242,7 @@ def record_launch_failure(
 ) -> None:
     now = datetime.now(UTC)
     with db.session() as session:
-        run = session.get(Run, run_id, with_for_update=True)
+        run = lock_run(session, run_id)
         attempt = session.get(Attempt, (run_id, number))
         if run is None or attempt is None or attempt.state != AttemptState.PENDING:
             return
@@ -250,11 +254,11 @@ def record_launch_failure(
             )
             tries = f"{attempt.launch_tries} {'try' if attempt.launch_tries == 1 else 'tries'}"
             detail = f"{tries}; the last one said: {error}"
-            attempt.state = AttemptState.EXITED
-            attempt.outcome = AttemptOutcome.NOT_STARTED
-            attempt.ended_at = now
+            move_attempt(
+                session, attempt, AttemptRule.EXIT, outcome=AttemptOutcome.NOT_STARTED, now=now
+            )
             revoke_attempt_tokens(session, run_id, number, now)
-            if run.phase not in (Phase.COMPLETED, Phase.FAILED, Phase.CANCELLED):
+            if Phase(run.phase) not in TERMINAL:
                 move(session, run, RuleName.FAIL, reason=reason, detail=detail, now=now)
             release_claim(session, run, current_claim(session, run_id), now)
             return

@@ -39,11 +39,13 @@ from akka_training.controller.sweep import sweep_snapshots
 from akka_training.controller.tasks import reconcile_tasks
 from akka_training.controller.views import Decision, Limits, Probe, RunView
 from akka_training.core.phases import TERMINAL, Phase
-from akka_training.core.states import OPEN_CLAIM_STATES, AttemptState, ClaimState
+from akka_training.core.rules import IllegalTransition
+from akka_training.core.states import OPEN_CLAIM_STATES, AttemptState, ClaimRule, ClaimState
 from akka_training.deployment.cleanup import clean_crash_leftovers
 from akka_training.deployment.context import AppContext
 from akka_training.scheduler.admission import PoolState, Waiting, admit, free_device_ids
 from akka_training.storage.models import Attempt, Claim, Project, Run
+from akka_training.storage.transitions import move_claim
 from akka_training.telemetry.catalog import POOL_NAME, RUN_ATTEMPT
 
 log = logging.getLogger(__name__)
@@ -228,9 +230,12 @@ class Controller:
                 claim = session.get(Claim, grant.claim_id)
                 if claim is None:
                     continue
-                claim.state = ClaimState.GRANTED
-                claim.device_ids = list(grant.device_ids)
-                claim.granted_at = now
+                try:
+                    move_claim(
+                        session, claim, ClaimRule.GRANT, device_ids=list(grant.device_ids), now=now
+                    )
+                except IllegalTransition:
+                    continue  # released meanwhile (its run or task was cancelled)
                 # An evaluation's claim (no run): its task launches on the tasks' pass below.
                 run = session.get(Run, claim.run_id) if claim.run_id is not None else None
                 if self.ctx.telemetry is not None and run is not None:

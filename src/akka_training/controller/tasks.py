@@ -31,15 +31,17 @@ from akka_training.backends.base import (
 from akka_training.controller.views import Limits
 from akka_training.core.states import (
     OPEN_CLAIM_STATES,
+    TASK_RULES,
     TERMINAL_TASK_STATES,
     ClaimState,
+    TaskRule,
     TaskState,
 )
 from akka_training.core.tasks import TOKEN_ENV, TaskSpec, TaskTelemetry
 from akka_training.deployment.context import AppContext
 from akka_training.storage.models import Claim, Task
-from akka_training.storage.tokens import create_task_token, revoke_task_tokens
-from akka_training.storage.transitions import release_task_claim, task_claim
+from akka_training.storage.tokens import create_task_token
+from akka_training.storage.transitions import lock_task, move_task, release_task_claim, task_claim
 from akka_training.telemetry.tracing import TRACEPARENT_ENV
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,8 @@ class TaskView:
 class TaskDecision:
     launch: bool = False
     stop_job: bool = False
-    # End the task in this state with this sentence (FAILED) and detail.
-    end: TaskState | None = None
+    # End the task under this rule (CANCEL, FAIL) with this sentence (FAIL) and detail.
+    end: TaskRule | None = None
     failure: str | None = None
     detail: str | None = None
     # The task has ended and its job is gone (or never ran): give its devices back.
@@ -89,7 +91,7 @@ def decide(view: TaskView, status: JobStatus | None, log_tail: str, now: datetim
         return TaskDecision()
     if view.state == TaskState.PENDING and view.handle is None:
         if cancelling:
-            return TaskDecision(end=TaskState.CANCELLED, release_claim=holds)
+            return TaskDecision(end=TaskRule.CANCEL, release_claim=holds)
         if view.claim_state == ClaimState.QUEUED:
             return TaskDecision()  # waiting for devices, like a QUEUED run
         if view.next_try_at is None or view.next_try_at <= now:
@@ -106,10 +108,10 @@ def decide(view: TaskView, status: JobStatus | None, log_tail: str, now: datetim
         # Its report ended it; the job is gone too.
         return TaskDecision(release_claim=holds)
     if cancelling:
-        return TaskDecision(end=TaskState.CANCELLED, release_claim=holds)
+        return TaskDecision(end=TaskRule.CANCEL, release_claim=holds)
     return TaskDecision(
         release_claim=holds,
-        end=TaskState.FAILED,
+        end=TaskRule.FAIL,
         failure="this task's job ended without reporting its result ("
         + _how(status)
         + "); its last lines of output are in the detail",
@@ -225,15 +227,17 @@ def _reconcile(ctx: AppContext, view: TaskView, limits: Limits) -> None:
                 task.stop_sent = True
     elif decision.end is not None:
         with ctx.db.session() as session:
-            task = session.get(Task, view.id, with_for_update=True)
+            task = lock_task(session, view.id)
             if task is None or task.state != view.state or task.reported:
                 return
-            task.state = decision.end
-            task.failure = decision.failure
-            task.last_error = decision.detail or task.last_error
-            task.requested = None
-            task.ended_at = now
-            revoke_task_tokens(session, task.id, now)
+            move_task(
+                session,
+                task,
+                decision.end,
+                failure=decision.failure,
+                detail=decision.detail,
+                now=now,
+            )
             if decision.release_claim:
                 release_task_claim(session, task.id, now)
 
@@ -249,14 +253,14 @@ def _launch(ctx: AppContext, view: TaskView, limits: Limits) -> None:
         _launch_failed(ctx, view.id, str(exc), limits)
         return
     with ctx.db.session() as session:
-        task = session.get(Task, view.id, with_for_update=True)
+        task = lock_task(session, view.id)
         if task is None:
             return
         task.handle = handle
         task.launch_tries += 1
         task.launched_at = datetime.now(UTC)
-        if task.state == TaskState.PENDING:
-            task.state = TaskState.RUNNING
+        if TASK_RULES.can(task.state, TaskRule.LAUNCH):
+            move_task(session, task, TaskRule.LAUNCH)
             return
     # Cancelled while it was being launched: its job must not run on.
     try:
@@ -268,20 +272,18 @@ def _launch(ctx: AppContext, view: TaskView, limits: Limits) -> None:
 def _launch_failed(ctx: AppContext, task_id: str, error: str, limits: Limits) -> None:
     now = datetime.now(UTC)
     with ctx.db.session() as session:
-        task = session.get(Task, task_id, with_for_update=True)
+        task = lock_task(session, task_id)
         if task is None or task.state != TaskState.PENDING:
             return
         task.launch_tries += 1
         task.last_error = error
         if task.launch_tries > limits.start_retries:
             tries = f"{task.launch_tries} {'try' if task.launch_tries == 1 else 'tries'}"
-            task.state = TaskState.FAILED
-            task.failure = (
+            failure = (
                 f"this task's job could not be started on the training cluster ({tries}; the "
                 f"last one said: {error})"
             )
-            task.ended_at = now
-            revoke_task_tokens(session, task.id, now)
+            move_task(session, task, TaskRule.FAIL, failure=failure, now=now)
             release_task_claim(session, task.id, now)
             return
         delay = limits.retry_base_seconds * 2 ** (task.launch_tries - 1)

@@ -1,13 +1,17 @@
-"""The states of the rows beside a run, by name: a claim on a pool's devices, an attempt of the
-run's job, what a user asked of a running run, and how an attempt ended. The values are what
-the database stores and the API shows.
+"""The states of the rows beside a run, by name, and the named rules that move each: a claim on
+a pool's devices, an attempt of the run's job, a task, a pipeline; what a user asked of a
+running run, and how an attempt ended. The values are what the database stores and the API
+shows; `storage.transitions` applies the rules to the rows as stored (`core.rules`).
 
-A run's own phases and the rules that move it are in `phases`.
+A run's own phases and the rules that move it are in `phases`. A pipeline's stage has no state
+of its own: it is its run's phase, or its evaluation's task state (WAITING before either).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+from akka_training.core.rules import Rules, rule
 
 
 class ClaimState(StrEnum):
@@ -22,6 +26,21 @@ class ClaimState(StrEnum):
 OPEN_CLAIM_STATES: tuple[ClaimState, ...] = (ClaimState.QUEUED, ClaimState.GRANTED)
 
 
+class ClaimRule(StrEnum):
+    GRANT = "grant"  # the scheduler gave it devices
+    RELEASE = "release"  # the devices go back (or the wait ends) once the job is gone
+
+
+CLAIM_RULES: Rules[ClaimState, ClaimRule] = Rules(
+    "claim",
+    ClaimState,
+    (
+        rule(ClaimRule.GRANT, {ClaimState.QUEUED}, ClaimState.GRANTED),
+        rule(ClaimRule.RELEASE, OPEN_CLAIM_STATES, ClaimState.RELEASED),
+    ),
+)
+
+
 class AttemptState(StrEnum):
     """PENDING: not launched yet; LAUNCHED: the backend took it; EXITED: gone, for whatever
     reason (`AttemptOutcome` says which)."""
@@ -29,6 +48,21 @@ class AttemptState(StrEnum):
     PENDING = "pending"
     LAUNCHED = "launched"
     EXITED = "exited"
+
+
+class AttemptRule(StrEnum):
+    LAUNCH = "launch"  # the backend took the job
+    EXIT = "exit"  # the job is gone (or never started), for whatever reason
+
+
+ATTEMPT_RULES: Rules[AttemptState, AttemptRule] = Rules(
+    "attempt",
+    AttemptState,
+    (
+        rule(AttemptRule.LAUNCH, {AttemptState.PENDING}, AttemptState.LAUNCHED),
+        rule(AttemptRule.EXIT, {AttemptState.PENDING, AttemptState.LAUNCHED}, AttemptState.EXITED),
+    ),
+)
 
 
 class AttemptOutcome(StrEnum):
@@ -73,4 +107,60 @@ TERMINAL_TASK_STATES: tuple[TaskState, ...] = (
     TaskState.SUCCEEDED,
     TaskState.FAILED,
     TaskState.CANCELLED,
+)
+
+
+class TaskRule(StrEnum):
+    LAUNCH = "launch"  # the backend took its job
+    SUCCEED = "succeed"  # its job reported the result
+    FAIL = "fail"  # its job reported a failure, died without a report, or never started
+    CANCEL = "cancel"  # a user's cancel, once its job is gone (or before it ran)
+
+
+# A task's job may report its end before the controller has recorded its launch: the end
+# rules move a PENDING task too.
+_OPEN_TASK = {TaskState.PENDING, TaskState.RUNNING}
+
+TASK_RULES: Rules[TaskState, TaskRule] = Rules(
+    "task",
+    TaskState,
+    (
+        rule(TaskRule.LAUNCH, {TaskState.PENDING}, TaskState.RUNNING),
+        rule(TaskRule.SUCCEED, _OPEN_TASK, TaskState.SUCCEEDED),
+        rule(TaskRule.FAIL, _OPEN_TASK, TaskState.FAILED),
+        rule(TaskRule.CANCEL, _OPEN_TASK, TaskState.CANCELLED),
+    ),
+)
+
+
+class PipelineState(StrEnum):
+    """RUNNING: its stages start one after the other; COMPLETED (every stage did), FAILED (a
+    stage failed, could not start or its gate did not pass: `failure` says which), CANCELLED."""
+
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class PipelineRule(StrEnum):
+    COMPLETE = "complete"
+    FAIL = "fail"
+    CANCEL = "cancel"
+    RESUME = "resume"  # a failed or cancelled pipeline runs again from its unfinished stage
+
+
+PIPELINE_RULES: Rules[PipelineState, PipelineRule] = Rules(
+    "pipeline",
+    PipelineState,
+    (
+        rule(PipelineRule.COMPLETE, {PipelineState.RUNNING}, PipelineState.COMPLETED),
+        rule(PipelineRule.FAIL, {PipelineState.RUNNING}, PipelineState.FAILED),
+        rule(PipelineRule.CANCEL, {PipelineState.RUNNING}, PipelineState.CANCELLED),
+        rule(
+            PipelineRule.RESUME,
+            {PipelineState.FAILED, PipelineState.CANCELLED},
+            PipelineState.RUNNING,
+        ),
+    ),
 )

@@ -16,7 +16,6 @@ from akka_training.core.states import ClaimState
 from akka_training.deployment.context import AppContext
 from akka_training.server.metrics_access import read_metrics_token
 from akka_training.server.services.capacity import pool_usage
-from akka_training.storage import transitions
 from akka_training.storage.models import Claim, Project, Run, Task
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry.grafana import GrafanaLinks
@@ -50,11 +49,11 @@ class Observability:
             issuer=grafana.issuer,
             audience=grafana.audience,
         )
-        transitions.FAILURE_LISTENERS.append(self.metrics.run_failed)
+        # This application's failed runs only (its database's listeners, not the process's).
+        ctx.db.listeners.on_run_failed(self.metrics.run_failed)
 
     def shutdown(self) -> None:
-        if self.metrics.run_failed in transitions.FAILURE_LISTENERS:
-            transitions.FAILURE_LISTENERS.remove(self.metrics.run_failed)
+        self.ctx.db.listeners.remove(self.metrics.run_failed)
         self.metrics.shutdown()
         self.tracing.shutdown()
 

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from akka_training.storage.errors import DatabaseBusy
+from akka_training.storage.listeners import SESSION_KEY, Listeners
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # What a request waits for the database by default (trainer.database.wait-seconds).
@@ -58,7 +59,11 @@ class Database:
         if self.url.startswith("sqlite"):
             self.turns = WriteTurns(wait_seconds)
         self.engine = make_engine(self.url, wait_seconds, pool_size, self.turns)
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Who hears of this database's state changes; each of its sessions carries them.
+        self.listeners = Listeners()
+        self._sessions = sessionmaker(
+            self.engine, expire_on_commit=False, info={SESSION_KEY: self.listeners}
+        )
 
     @property
     def dialect(self) -> str:

@@ -48,14 +48,14 @@ from akka_training.controller.apply import apply, load_view
 from akka_training.controller.launch import prepare_launch
 from akka_training.controller.views import Limits, Probe
 from akka_training.core.documents import deep_merge
-from akka_training.core.states import ClaimState
+from akka_training.core.states import ClaimRule, ClaimState
 from akka_training.deployment.context import AppContext, build_context
 from akka_training.server.app import create_app
 from akka_training.server.observability import Observability
 from akka_training.server.services.projects import apply_configured_quotas
 from akka_training.storage.models import Run
 from akka_training.storage.tokens import create_admin_token
-from akka_training.storage.transitions import current_claim
+from akka_training.storage.transitions import current_claim, move_claim
 
 # Requests never leave the process; the host only fills the URL.
 BASE_URL = "http://akka-trainer.test"
@@ -119,9 +119,9 @@ class InProcessTrainer:
             claim = current_claim(session, run_id)
             if claim is None or claim.state != ClaimState.QUEUED:
                 raise ValueError(f"run {run_id} has no queued claim to grant")
-            claim.state = ClaimState.GRANTED
-            claim.device_ids = list(range(claim.devices))
-            claim.granted_at = now
+            move_claim(
+                session, claim, ClaimRule.GRANT, device_ids=list(range(claim.devices)), now=now
+            )
         with self.ctx.db.session() as session:
             run = session.get(Run, run_id)
             assert run is not None

@@ -32,7 +32,7 @@ from akka_training.core.states import AttemptOutcome, Request
 from akka_training.server.auth import Principal
 from akka_training.storage.models import Attempt, RolloutStep, Run, Snapshot, Step
 from akka_training.storage.tokens import revoke_attempt_tokens
-from akka_training.storage.transitions import event, move
+from akka_training.storage.transitions import event, lock_run, move, record_outcome
 
 
 def handle(
@@ -52,7 +52,7 @@ def handle(
     # A batch is its reports, each read as if it had come alone (all of them before any is
     # taken: a batch holding a refused report changes nothing).
     reports = _unbatched(report) if isinstance(report, BatchReport) else [(kind, report)]
-    run = session.get(Run, run_id, with_for_update=True)
+    run = lock_run(session, run_id)
     attempt = session.get(Attempt, (run_id, attempt_no))
     if run is None or attempt is None:
         raise Conflict("This attempt is not known to the trainer.")
@@ -205,8 +205,7 @@ def _monitor_pause(session: Session, run: Run, r: StepReport, now: datetime) -> 
     run.summary = {**(run.summary or {}), "monitorPause": r.pause.to_json()}
     event(session, run.id, "monitor", r.pause.reason, r.pause.to_json())
     if run.requested is None and can(run.phase, RuleName.REQUEST_PAUSE):
-        move(session, run, RuleName.REQUEST_PAUSE, now=now)
-        run.requested = Request.PAUSE_SAVE
+        move(session, run, RuleName.REQUEST_PAUSE, request=Request.PAUSE_SAVE, now=now)
 
 
 def _snapshot(t: _Taking, r: SnapshotReport) -> None:
@@ -252,7 +251,7 @@ def _heartbeat(t: _Taking, r: HeartbeatReport) -> None:
 
 def _finished(t: _Taking, r: FinishedReport) -> None:
     session, run, attempt, now = t.session, t.run, t.attempt, t.now
-    attempt.outcome = AttemptOutcome.FINISHED
+    record_outcome(session, attempt, AttemptOutcome.FINISHED)
     run.adapter = r.adapter
     run.observed_step = max(run.observed_step, r.step)
     if r.adapter_modules:
@@ -267,13 +266,13 @@ def _stopped(t: _Taking, r: StoppedReport) -> None:
     session, run, attempt = t.session, t.run, t.attempt
     # The run becomes PAUSED or CANCELLED once the job has exited and its devices are free: the
     # controller moves it then (a resume must find the devices released).
-    attempt.outcome = AttemptOutcome.STOPPED
+    record_outcome(session, attempt, AttemptOutcome.STOPPED)
     event(session, run.id, "job", f"attempt {attempt.number} stopped at step {r.step}")
 
 
 def _failed(t: _Taking, r: FailedReport) -> None:
     session, run, attempt, now = t.session, t.run, t.attempt, t.now
-    attempt.outcome = AttemptOutcome.FAILED
+    record_outcome(session, attempt, AttemptOutcome.FAILED)
     try:
         reason = FailureReason(r.code)
     except ValueError:

@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 from akka_training.core.errors import InvalidRequest, NotFound
 from akka_training.server.auth import Principal
 from akka_training.storage.models import Pipeline, Run
+from akka_training.storage.transitions import lock_pipeline, lock_run
 
 
 def find_run(session: Session, run_ref: str, principal: Principal | None = None) -> Run:
@@ -36,6 +37,25 @@ def run_for(session: Session, principal: Principal, run_ref: str) -> Run:
     run = find_run(session, run_ref, principal)
     principal.require(run.project)
     return run
+
+
+def locked_run_for(session: Session, principal: Principal, run_ref: str) -> Run:
+    """`run_for`, read as stored and locked until the request's transaction ends: what a request
+    that changes the run decides on (nothing else moves the run before it commits)."""
+    run = run_for(session, principal, run_ref)
+    stored = lock_run(session, run.id)
+    if stored is None:
+        raise NotFound(f"There is no run {run_ref!r}.")
+    return stored
+
+
+def locked_pipeline_for(session: Session, principal: Principal, ref: str) -> Pipeline:
+    """`pipeline_for`, read as stored and locked until the request's transaction ends."""
+    pipeline = pipeline_for(session, principal, ref)
+    stored = lock_pipeline(session, pipeline.id)
+    if stored is None:
+        raise NotFound(f"There is no pipeline {ref!r}.")
+    return stored
 
 
 def pipeline_for(session: Session, principal: Principal, ref: str) -> Pipeline:

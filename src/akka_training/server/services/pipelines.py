@@ -11,7 +11,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import desc, select
@@ -23,13 +22,14 @@ from akka_training.core.parsing import parse_plan, salvage
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.plans import RL_METHODS, EvaluateStage, PipelinePlan, TrainStage
 from akka_training.core.refs import stage_of, valid_name
-from akka_training.core.states import TaskState
+from akka_training.core.rules import IllegalTransition
+from akka_training.core.states import PIPELINE_RULES, PipelineRule, PipelineState, TaskState
 from akka_training.core.validation import Checked, validate
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
 from akka_training.server.services import evaluations, stage_evaluations
 from akka_training.server.services import runs as run_service
-from akka_training.server.services.lookups import pipeline_for
+from akka_training.server.services.lookups import locked_pipeline_for, pipeline_for
 from akka_training.server.services.plans import (
     StageBinding,
     build_settings,
@@ -40,7 +40,7 @@ from akka_training.server.services.run_views import run_json
 from akka_training.server.services.stage_outputs import stage_output_dataset
 from akka_training.storage.ids import new_id
 from akka_training.storage.models import Pipeline, Run
-from akka_training.storage.transitions import event
+from akka_training.storage.transitions import event, lock_pipeline, move_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def start(
         description=plan.description,
         submission_id=plan.submission_id,
         plan=document,
-        state="RUNNING",
+        state=PipelineState.RUNNING,
     )
     session.add(pipeline)
     try:
@@ -185,7 +185,7 @@ def _stage_settings(ctx: AppContext, checked: Checked, pins: dict[str, object]) 
 def advance(session: Session, ctx: AppContext, pipeline: Pipeline) -> None:
     """Start the next stage when the previous one completed; end the pipeline when a stage
     failed or was cancelled, or when every stage completed."""
-    if pipeline.state != "RUNNING":
+    if pipeline.state != PipelineState.RUNNING:
         return
     plan = PipelinePlan.model_validate(pipeline.plan)
     done: dict[str, str] = {}
@@ -202,10 +202,10 @@ def advance(session: Session, ctx: AppContext, pipeline: Pipeline) -> None:
             done[stage.name] = run.id
             continue
         if run.phase in (Phase.FAILED, Phase.CANCELLED):
-            state = "CANCELLED" if run.phase == Phase.CANCELLED else "FAILED"
-            _end(session, pipeline, state, f"stage {stage.name} (run {run.id}) is {run.phase}")
+            rule = PipelineRule.CANCEL if run.phase == Phase.CANCELLED else PipelineRule.FAIL
+            _end(session, pipeline, rule, f"stage {stage.name} (run {run.id}) is {run.phase}")
         return
-    _end(session, pipeline, "COMPLETED", None)
+    _end(session, pipeline, PipelineRule.COMPLETE, None)
 
 
 def _evaluate_stage(
@@ -224,17 +224,17 @@ def _evaluate_stage(
     if task is None:
         reason = stage_evaluations.start(session, ctx, pipeline, plan, index, done)
         if reason is not None:
-            _end(session, pipeline, "FAILED", reason)
+            _end(session, pipeline, PipelineRule.FAIL, reason)
         return False
     if task.state == TaskState.SUCCEEDED:
         failure = stage_evaluations.gate_failure(stage, task)
         if failure is None:
             done[stage.name] = task.id
             return True
-        _end(session, pipeline, "FAILED", failure)
+        _end(session, pipeline, PipelineRule.FAIL, failure)
     elif task.state in (TaskState.FAILED, TaskState.CANCELLED):
-        state = "CANCELLED" if task.state == TaskState.CANCELLED else "FAILED"
-        _end(session, pipeline, state, f"stage {stage.name} (evaluation {task.id}) is {task.state}")
+        rule = PipelineRule.CANCEL if task.state == TaskState.CANCELLED else PipelineRule.FAIL
+        _end(session, pipeline, rule, f"stage {stage.name} (evaluation {task.id}) is {task.state}")
     return False
 
 
@@ -256,7 +256,12 @@ def _start_stage(
         try:
             ref = stage_output_dataset(session, ctx, pipeline.id, producer, source)
         except AkkaError as exc:
-            _end(session, pipeline, "FAILED", f"stage {stage.name} could not start: {exc.message}")
+            _end(
+                session,
+                pipeline,
+                PipelineRule.FAIL,
+                f"stage {stage.name} could not start: {exc.message}",
+            )
             return None
         run_plan.config.dataset = ref
     trains = [s.name for s in plan.stages[:index] if isinstance(s, TrainStage)]
@@ -265,7 +270,17 @@ def _start_stage(
     try:
         resolved = resolve_run(session, ctx, principal, run_plan, binding)
     except AkkaError as exc:
-        _end(session, pipeline, "FAILED", f"stage {stage.name} could not start: {exc.message}")
+        _end(
+            session,
+            pipeline,
+            PipelineRule.FAIL,
+            f"stage {stage.name} could not start: {exc.message}",
+        )
+        return None
+    # Locked only now (the dataset above is registered in sessions of its own, which on SQLite
+    # must not wait for this one's write turn), and started only if it still runs.
+    stored = lock_pipeline(session, pipeline.id)
+    if stored is None or stored.state != PipelineState.RUNNING:
         return None
     document = {"kind": "run", "project": plan.project, **stage.to_json()}
     for key in ("name", "type"):
@@ -276,12 +291,21 @@ def _start_stage(
 
 
 def advance_all(ctx: AppContext) -> bool:
-    """Move every running pipeline on; whether any is running (the controller keeps its
-    pace while one is)."""
+    """Move every running pipeline on, each in a session of its own; whether any is running
+    (the controller keeps its pace while one is)."""
     with ctx.db.session() as session:
-        running = session.scalars(select(Pipeline).where(Pipeline.state == "RUNNING")).all()
-        for pipeline in running:
-            advance(session, ctx, pipeline)
+        running = session.scalars(
+            select(Pipeline.id).where(Pipeline.state == PipelineState.RUNNING)
+        ).all()
+    for pipeline_id in running:
+        try:
+            with ctx.db.session() as session:
+                pipeline = session.get(Pipeline, pipeline_id)
+                if pipeline is not None:
+                    advance(session, ctx, pipeline)
+        except IllegalTransition as exc:
+            # A user cancelled or resumed it meanwhile: the next pass decides again.
+            log.info("pipeline %s was not advanced: %s", pipeline_id, exc.message)
     return bool(running)
 
 
@@ -311,8 +335,8 @@ def list_pipelines(
 
 
 def cancel(session: Session, ctx: AppContext, principal: Principal, ref: str) -> dict[str, Any]:
-    pipeline = pipeline_for(session, principal, ref)
-    if pipeline.state != "RUNNING":
+    pipeline = locked_pipeline_for(session, principal, ref)
+    if pipeline.state != PipelineState.RUNNING:
         raise Conflict(f"Pipeline {pipeline.id} is already {pipeline.state}.")
     for run in session.scalars(select(Run).where(Run.pipeline_id == pipeline.id)):
         if Phase(run.phase) not in TERMINAL:
@@ -321,7 +345,7 @@ def cancel(session: Session, ctx: AppContext, principal: Principal, ref: str) ->
         task = stage_evaluations.latest(session, pipeline.id, stage.name)
         if task is not None and task.state in (TaskState.PENDING, TaskState.RUNNING):
             evaluations.cancel(session, principal, task.id)
-    _end(session, pipeline, "CANCELLED", "cancelled by request")
+    _end(session, pipeline, PipelineRule.CANCEL, "cancelled by request")
     return pipeline_json(session, ctx, pipeline)
 
 
@@ -329,15 +353,13 @@ def resume(session: Session, ctx: AppContext, principal: Principal, ref: str) ->
     """Run a failed or cancelled pipeline again from the stage that did not complete: a paused
     stage resumes, a failed or cancelled one runs again as a new run (the old run stays in the
     record). Stages that completed keep their runs."""
-    pipeline = pipeline_for(session, principal, ref)
-    if pipeline.state not in ("FAILED", "CANCELLED"):
+    pipeline = locked_pipeline_for(session, principal, ref)
+    if not PIPELINE_RULES.can(pipeline.state, PipelineRule.RESUME):
         raise Conflict(
             f"Pipeline {pipeline.id} is {pipeline.state}; only a failed or cancelled pipeline resumes."
         )
     plan = PipelinePlan.model_validate(pipeline.plan)
-    pipeline.state = "RUNNING"
-    pipeline.failure = None
-    pipeline.ended_at = None
+    move_pipeline(session, pipeline, PipelineRule.RESUME)
     done: dict[str, str] = {}
     for i, stage in enumerate(plan.stages):
         if isinstance(stage, EvaluateStage):
@@ -363,7 +385,7 @@ def resume(session: Session, ctx: AppContext, principal: Principal, ref: str) ->
             _start_stage(session, ctx, pipeline, plan, i, done)
         break
     else:
-        _end(session, pipeline, "COMPLETED", None)
+        _end(session, pipeline, PipelineRule.COMPLETE, None)
     return pipeline_json(session, ctx, pipeline)
 
 
@@ -439,10 +461,8 @@ def pipeline_json(session: Session, ctx: AppContext, pipeline: Pipeline) -> dict
     }
 
 
-def _end(session: Session, pipeline: Pipeline, state: str, failure: str | None) -> None:
-    pipeline.state = state
-    pipeline.failure = failure
-    pipeline.ended_at = datetime.now(UTC)
+def _end(session: Session, pipeline: Pipeline, rule: PipelineRule, failure: str | None) -> None:
+    state = move_pipeline(session, pipeline, rule, failure=failure)
     log.info("pipeline %s %s%s", pipeline.id, state, f": {failure}" if failure else "")
     first = session.scalar(select(Run.id).where(Run.pipeline_id == pipeline.id).limit(1))
     if first:

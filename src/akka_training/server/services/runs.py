@@ -30,17 +30,19 @@ from akka_training.core.plans import RL_METHODS, RunPlan
 from akka_training.core.states import AttemptState, Request
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
-from akka_training.server.services.lookups import run_for
+from akka_training.server.services.lookups import locked_run_for, run_for
 from akka_training.server.services.plans import Resolved, every_problem, resolve_run
 from akka_training.server.services.run_views import run_json
 from akka_training.storage.ids import new_id
 from akka_training.storage.models import Attempt, Event, Run, Snapshot, Step
 from akka_training.storage.transitions import (
+    check_request,
     current_claim,
     event,
     move,
     open_claim,
     release_claim,
+    request,
 )
 
 
@@ -168,7 +170,7 @@ def list_runs(
 
 
 def cancel(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> dict[str, Any]:
-    run = run_for(session, principal, run_ref)
+    run = locked_run_for(session, principal, run_ref)
     if Phase(run.phase) in TERMINAL:
         raise Conflict(f"Run {run.id} is already {run.phase}.")
     if run.phase in (Phase.QUEUED, Phase.PAUSED) or _no_job(session, run):
@@ -176,8 +178,7 @@ def cancel(session: Session, ctx: AppContext, principal: Principal, run_ref: str
         release_claim(session, run, current_claim(session, run.id))
     else:
         # The controller stops the job and ends the run once the job is gone.
-        run.requested = Request.CANCEL
-        event(session, run.id, "request", "cancel requested")
+        request(session, run, Request.CANCEL)
     return _committed(session, ctx, run)
 
 
@@ -186,23 +187,24 @@ def pause(
 ) -> dict[str, Any]:
     if checkpoint not in ("save", "latest"):
         raise InvalidRequest("--checkpoint takes save (snapshot at the next step) or latest.")
-    run = run_for(session, principal, run_ref)
+    run = locked_run_for(session, principal, run_ref)
     phase = Phase(run.phase)
-    if phase in (Phase.PAUSING, Phase.PAUSED):
-        return run_json(session, ctx, run)
     if phase in TERMINAL:
         raise Conflict(f"Run {run.id} is {run.phase}; only an open run can pause.")
+    wanted = Request.pause(checkpoint)
+    if phase in (Phase.PAUSING, Phase.PAUSED) and run.requested != Request.CANCEL:
+        return run_json(session, ctx, run)  # pausing or paused already, as first asked
+    check_request(run, wanted)  # a pending cancel is never undone by a pause
     if phase == Phase.QUEUED:
         move(session, run, RuleName.PAUSE_WHILE_QUEUED)
         release_claim(session, run, current_claim(session, run.id))
         return _committed(session, ctx, run)
-    move(session, run, RuleName.REQUEST_PAUSE)
-    run.requested = Request.pause(checkpoint)
+    move(session, run, RuleName.REQUEST_PAUSE, request=wanted)
     return _committed(session, ctx, run)
 
 
 def resume(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> dict[str, Any]:
-    run = run_for(session, principal, run_ref)
+    run = locked_run_for(session, principal, run_ref)
     if run.phase != Phase.PAUSED:
         raise Conflict(f"Run {run.id} is {run.phase}; only a PAUSED run resumes.")
     move(session, run, RuleName.RESUME)

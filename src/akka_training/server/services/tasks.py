@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from akka_training.core.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from akka_training.core.parsing import parse_model
-from akka_training.core.states import TERMINAL_TASK_STATES, TaskState
+from akka_training.core.states import TERMINAL_TASK_STATES, Request, TaskRule, TaskState
 from akka_training.core.tasks import (
     TASK_REPORTS,
     TaskAction,
@@ -24,10 +24,12 @@ from akka_training.core.tasks import (
 from akka_training.server.auth import Principal
 from akka_training.storage.ids import new_id
 from akka_training.storage.models import Task
-from akka_training.storage.tokens import revoke_task_tokens
-from akka_training.storage.transitions import release_task_claim
-
-CANCEL = "cancel"
+from akka_training.storage.transitions import (
+    lock_task,
+    move_task,
+    release_task_claim,
+    request_cancel,
+)
 
 
 def submit(
@@ -91,15 +93,19 @@ def list_tasks(
 
 def cancel(session: Session, principal: Principal, task_id: str) -> dict[str, Any]:
     task = task_for(session, principal, task_id)
+    stored = lock_task(session, task.id)
+    if stored is None:
+        raise NotFound(f"There is no task {task_id!r}.")
+    task = stored
     if task.state in TERMINAL_TASK_STATES:
         raise Conflict(f"Task {task.id} is already {task.state}.")
     if task.state == TaskState.PENDING and task.handle is None:
-        _end(session, task, TaskState.CANCELLED)
+        move_task(session, task, TaskRule.CANCEL)
         # No job ever ran: its claim (an evaluation's devices) goes back at once.
         release_task_claim(session, task.id, task.ended_at)
     else:
         # The controller stops the job and ends the task once the job is gone.
-        task.requested = CANCEL
+        request_cancel(session, task)
     return task_json(task)
 
 
@@ -123,7 +129,7 @@ def report(
             f"There is no task report {kind!r}; reports: {', '.join(TASK_REPORTS)}."
         )
     parsed = parse_model(model, body)
-    task = session.get(Task, task_id, with_for_update=True)
+    task = lock_task(session, task_id)
     if task is None:
         raise Conflict("This task is not known to the trainer.")
     if task.state in TERMINAL_TASK_STATES or task.reported:
@@ -138,13 +144,12 @@ def report(
     elif isinstance(parsed, TaskFinishedReport):
         task.result = parsed.result
         task.reported = True
-        _end(session, task, TaskState.SUCCEEDED, now)
+        move_task(session, task, TaskRule.SUCCEED, now=now)
     elif isinstance(parsed, TaskFailedReport):
-        task.failure = parsed.message
         task.last_error = parsed.detail
         task.reported = True
-        _end(session, task, TaskState.FAILED, now)
-    return {"action": "stop" if task.requested == CANCEL else "continue"}
+        move_task(session, task, TaskRule.FAIL, failure=parsed.message, now=now)
+    return {"action": "stop" if task.requested == Request.CANCEL else "continue"}
 
 
 def task_json(task: Task) -> dict[str, Any]:
@@ -164,11 +169,3 @@ def task_json(task: Task) -> dict[str, Any]:
         "startedAt": task.started_at.isoformat() if task.started_at else None,
         "endedAt": task.ended_at.isoformat() if task.ended_at else None,
     }
-
-
-def _end(session: Session, task: Task, state: TaskState, now: datetime | None = None) -> None:
-    """The task ends, and so does its token: a late report is told to stop."""
-    task.state = state
-    task.ended_at = now or datetime.now(UTC)
-    task.requested = None
-    revoke_task_tokens(session, task.id, task.ended_at)
