@@ -7,6 +7,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from akka_training.core.reports import RolloutsReport, SnapshotReport, StepReport
 from akka_training.engines.reporter import HttpReporter
 from akka_training.telemetry import catalog as c
@@ -47,6 +49,52 @@ def test_a_pause_puts_the_job_s_phase_in_pausing(
             telemetry.shutdown()
     assert heard == ["save-and-stop"]  # once, when it changed
     assert phases.point({c.RUN_PHASE: "TRAINING"}).value == 0
+
+
+def test_a_stop_is_never_downgraded(report_server: ReportServer) -> None:
+    # The service cancels the run (stop); the job's own save-and-stop (a health monitor that
+    # trips, a SIGTERM), asked from another thread, must not turn it back into a pause.
+    report_server.script = lambda kind, body, reports: "stop"
+    reporter = HttpReporter(report_server.url, "run-1", 1, "token", heartbeat_seconds=60)
+    heard: list[str] = []
+    reporter.on_directive(heard.append)
+    try:
+        reporter.refresh_action()
+        assert reporter.action == "stop"
+        askers = [
+            threading.Thread(target=reporter.direct, args=("save-and-stop",)) for _ in range(8)
+        ]
+        for asker in askers:
+            asker.start()
+        for asker in askers:
+            asker.join()
+        reporter.direct("continue")
+        assert reporter.action == "stop"
+        # The directive changes through the reporter's own methods only.
+        with pytest.raises(AttributeError):
+            reporter.action = "save-and-stop"  # type: ignore[misc]
+        assert reporter.action == "stop"
+    finally:
+        reporter.close()
+    assert heard == ["stop"]
+
+
+def test_a_pause_asked_by_the_job_is_strengthened_by_a_cancel(report_server: ReportServer) -> None:
+    cancelled = threading.Event()
+    report_server.script = lambda kind, body, reports: "stop" if cancelled.is_set() else "continue"
+    reporter = HttpReporter(report_server.url, "run-1", 1, "token", heartbeat_seconds=60)
+    heard: list[str] = []
+    reporter.on_directive(heard.append)
+    try:
+        reporter.direct("save-and-stop")  # a monitor tripped
+        reporter.refresh_action()  # the service says continue: the pause holds
+        assert reporter.action == "save-and-stop"
+        cancelled.set()
+        reporter.refresh_action()
+        assert reporter.action == "stop"
+    finally:
+        reporter.close()
+    assert heard == ["save-and-stop", "stop"]
 
 
 def test_a_step_s_end_takes_the_directive_asked_for_during_the_step(

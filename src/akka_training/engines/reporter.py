@@ -12,8 +12,11 @@ before any report of another kind, so the service takes every report once and in
 step report carries its age (`StepReport.ago`), so the service records the step at the time it
 ended. When steps take longer than that, each report goes at once, on its own.
 
-Each answer carries a directive (`core.reports.Action`); `action` holds the latest one, which the
-training loop reads after every optimizer step.
+Each answer carries a directive (`core.reports.Action`); `action` holds the strongest one so
+far, which the training loop reads after every optimizer step. The reporter alone changes it,
+under its lock, and only ever to a stronger one (``stop`` over ``save-and-stop`` over
+``continue``): the service's answers, a 409, the job's own asks (`direct`: SIGTERM, a health
+monitor that trips) come from different threads, and none of them may undo a ``stop``.
 
 The directive a step's end obeys was asked for during that step: `step_began` has a thread of
 the reporter ask for it shortly before the step is expected to end (the previous step's
@@ -123,7 +126,7 @@ class HttpReporter:
         # None ends the sending thread.
         self._queue: queue.Queue[_Queued | None] = queue.Queue()
         self._lock = threading.Lock()
-        self.action: Action = "continue"
+        self._action: Action = "continue"
         self.stale = False
         self.step: int | None = None
         self.stall_dump: str | None = None
@@ -151,6 +154,11 @@ class HttpReporter:
         self._asker = threading.Thread(target=self._ask_loop, name="akka-directive", daemon=True)
         for thread in (self._sender, self._beater, self._asker):
             thread.start()
+
+    @property
+    def action(self) -> Action:
+        """The directive to obey: the strongest the service (or the job itself) gave so far."""
+        return self._action
 
     def on_directive(self, listener: Callable[[Action], None]) -> None:
         """Call `listener` with each new directive (from the reporting thread)."""
@@ -254,14 +262,10 @@ class HttpReporter:
         self.refresh_action(timeout=timeout)
 
     def direct(self, action: Action) -> None:
-        """Take `action` as if the service had answered it (a stop outranks a save-and-stop,
-        which outranks continue): the job's own SIGTERM handler asks for a save-and-stop."""
-        with self._lock:
-            changed = ACTION_RANK[action] > ACTION_RANK[self.action]
-            if changed:
-                self.action = action
-        if changed:
-            self._announce(action)
+        """Take `action` as if the service had answered it: the job's own SIGTERM handler and a
+        health monitor that trips ask for a save-and-stop. A weaker directive than the one
+        held changes nothing (a stop stays a stop)."""
+        self._take(action)
 
     def terminated(self) -> None:
         """The job was sent SIGTERM: ask the service first (a cancel or a pause answers
@@ -432,26 +436,38 @@ class HttpReporter:
     def _take_answer(self, response: httpx.Response, asked: float) -> None:
         """The directive of an answer to a question sent at `asked`: a 409 means this attempt
         is no longer the run's."""
+        action: Action
         if response.status_code == 409:
             self.stale = True
-            self.action = "stop"
-            self._answered(asked)
+            action = "stop"
+        elif response.status_code >= 300:
             return
-        if response.status_code >= 300:
-            return
-        try:
-            action = response.json().get("action", "continue")
-        except ValueError:
-            return
-        if action not in ACTION_RANK:
-            return
-        with self._lock:
-            changed = ACTION_RANK[action] > ACTION_RANK[self.action]
-            if ACTION_RANK[action] >= ACTION_RANK[self.action]:
-                self.action = action
+        else:
+            try:
+                answered = response.json().get("action", "continue")
+            except ValueError:
+                return
+            if answered not in ACTION_RANK:
+                return
+            action = answered
+        # The directive is held before a step's end waiting for this answer reads it.
+        changed = self._hold(action)
         self._answered(asked)
         if changed:
             self._announce(action)
+
+    def _take(self, action: Action) -> None:
+        if self._hold(action):
+            self._announce(action)
+
+    def _hold(self, action: Action) -> bool:
+        """The one place the directive changes: to `action` when it is stronger than the one
+        held (whether it changed; the caller tells the listeners)."""
+        with self._lock:
+            if ACTION_RANK[action] <= ACTION_RANK[self._action]:
+                return False
+            self._action = action
+            return True
 
     def _wait_for_answer(self, asked: float, timeout: float) -> bool:
         """Wait up to `timeout` for the answer to a request sent at `asked` or later."""

@@ -297,8 +297,8 @@ class StepReporting(TrainerCallback):
         self._pause = pause
         if self._snapshot is not None:
             self._stop_after_save = True  # this step's snapshot is taken already
-        elif self.job.reporter.action == "continue":
-            self.job.reporter.action = "save-and-stop"
+        else:
+            self.job.reporter.direct("save-and-stop")  # a stop the service gave stays a stop
 
     def _begin_step(self) -> None:
         self.memory.begin()
