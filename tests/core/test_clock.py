@@ -129,3 +129,21 @@ def test_the_system_clock_makes_the_standard_objects() -> None:
     SYSTEM_CLOCK.sleep(0)
     asyncio.run(SYSTEM_CLOCK.asleep(0))
     assert SYSTEM_CLOCK.monotonic() >= before
+
+
+def test_settle_can_wait_for_threads_to_begin_waiting() -> None:
+    clock = ManualClock()
+    go = threading.Event()
+    stop = clock.event()
+
+    def late() -> None:
+        go.wait()
+        stop.wait()
+
+    thread = threading.Thread(target=late, daemon=True)
+    thread.start()
+    clock.settle()  # it has not waited on the clock yet: nothing to wait for
+    go.set()
+    clock.settle(threads=1)  # it waits on the clock now
+    stop.set()
+    thread.join(timeout=60)

@@ -138,17 +138,22 @@ class ManualClock:
         for wait in due:
             wait.condition.wake()
 
-    def settle(self, timeout: float = 60.0) -> None:
+    def settle(self, *, threads: int = 0, timeout: float = 60.0) -> None:
         """Return once every live thread that has waited on this clock (but the caller) is
-        waiting on it again: what the last `advance` or notification set off is done. Raises
-        `TimeoutError` naming the busy threads after `timeout` real seconds."""
+        waiting on it again, and at least `threads` of them are (the threads a component
+        just started, before their first wait): what the last `advance` or notification set
+        off is done. Raises `TimeoutError` naming the busy threads after `timeout` real
+        seconds."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while busy := self._busy():
+            while (busy := self._busy()) or len(self._waits) < threads:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    names = ", ".join(sorted(t.name for t in busy))
-                    raise TimeoutError(f"threads still busy after {timeout:g} s: {names}")
+                    names = ", ".join(sorted(t.name for t in busy)) or "none"
+                    raise TimeoutError(
+                        f"{len(self._waits)} thread(s) waiting and these still busy after "
+                        f"{timeout:g} s: {names}"
+                    )
                 self._entered.wait(min(left, _SETTLE_LOOK_SECONDS))
 
     # --- the waits of the events and conditions it made ---------------------------------------
