@@ -21,6 +21,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from akka_training.blobstore.local import LocalBlobStore
+from akka_training.core.clock import ManualClock
 from akka_training.core.monitors import verdicts
 from akka_training.core.plans import Monitors
 from akka_training.engines.context import JobContext
@@ -368,7 +369,7 @@ def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Callable, tmp_path: Path) -> None:
-    now = [0.0]
+    clock = ManualClock()
     made: list[StallWatchdog] = []
 
     def watchdog(reporter: HttpReporter) -> StallWatchdog:
@@ -379,11 +380,11 @@ def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Callable, tmp_path: P
                 LocalBlobStore(tmp_path / "blobs"),
                 lambda name: f"stall/{name}",
                 reporter,
-                clock=lambda: now[0],
+                clock=clock,
             )
         )
         made[0].progress()
-        now[0] = 100.0  # without a step from here on, the job would count as stalled
+        clock.advance(100.0)  # without a step from here on, the job would count as stalled
         return made[0]
 
     code, _ = job(watchdog=watchdog, rl={"training": {"maxSteps": 2}})
