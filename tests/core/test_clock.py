@@ -147,3 +147,27 @@ def test_settle_can_wait_for_threads_to_begin_waiting() -> None:
     clock.settle(threads=1)  # it waits on the clock now
     stop.set()
     thread.join(timeout=60)
+
+
+def test_a_timeout_block_ends_once_the_clock_passes_it() -> None:
+    clock = ManualClock()
+
+    async def main() -> None:
+        never = asyncio.Event()
+
+        async def sleeper() -> None:
+            await clock.asleep(2.0)  # another task's sleep moves the clock past the limit
+
+        with pytest.raises(TimeoutError):
+            async with clock.timeout(1.0):
+                task = asyncio.ensure_future(sleeper())
+                await never.wait()
+        await task
+        async with clock.timeout(1.0):  # a block the clock does not pass ends as it ends
+            await asyncio.sleep(0)
+        with pytest.raises(TimeoutError):
+            async with clock.timeout(0):
+                await never.wait()
+
+    asyncio.run(main())
+    assert clock.monotonic() == 2.0

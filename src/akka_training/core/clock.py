@@ -22,11 +22,13 @@ workers, the controller's pace).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -53,7 +55,8 @@ class Clock(Protocol):
     """The time code reads, and the waits it makes.
 
     `monotonic` is the time in seconds (only differences mean anything); `sleep` and `asleep`
-    (in a coroutine) wait a number of seconds; `event` and `condition` make the
+    (in a coroutine) wait a number of seconds; `timeout` bounds the awaits of a coroutine's
+    block as `asyncio.timeout` does (TimeoutError); `event` and `condition` make the
     synchronisation objects whose timed waits count this clock's seconds."""
 
     def monotonic(self) -> float: ...
@@ -61,6 +64,8 @@ class Clock(Protocol):
     def sleep(self, seconds: float) -> None: ...
 
     async def asleep(self, seconds: float) -> None: ...
+
+    def timeout(self, seconds: float | None) -> AbstractAsyncContextManager[object]: ...
 
     def event(self) -> Event: ...
 
@@ -79,6 +84,9 @@ class SystemClock:
     async def asleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
 
+    def timeout(self, seconds: float | None) -> AbstractAsyncContextManager[object]:
+        return asyncio.timeout(seconds)
+
     def event(self) -> Event:
         return threading.Event()
 
@@ -90,10 +98,11 @@ SYSTEM_CLOCK: Clock = SystemClock()
 
 
 class ManualClock:
-    """A clock whose time moves only when told: `advance` moves it and wakes the waits it
-    passes the deadline of; a `sleep` (or `asleep`) moves it by its own length at once (the
-    sleeper is the one making time pass). `settle` waits, in real time, until the threads that
-    wait on this clock are all waiting again."""
+    """A clock whose time moves only when told: `advance` moves it and wakes the waits (and
+    ends the `timeout` blocks) it passes the deadline of; a `sleep` (or `asleep`) moves it by
+    its own length at once (the sleeper is the one making time pass: the sleeps of tasks that
+    sleep side by side add up). `settle` waits, in real time, until the threads that wait on
+    this clock are all waiting again."""
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = start
@@ -103,6 +112,8 @@ class ManualClock:
         # The wait each thread is in now, and every thread that ever waited on this clock.
         self._waits: dict[int, _Wait] = {}
         self._threads: dict[int, threading.Thread] = {}
+        # The coroutines' timeouts (`timeout`) not yet expired.
+        self._expiries: list[_Expiry] = []
 
     # --- the Clock protocol -------------------------------------------------------------------
 
@@ -116,6 +127,30 @@ class ManualClock:
     async def asleep(self, seconds: float) -> None:
         self.advance(max(0.0, seconds))
         await asyncio.sleep(0)  # a sleep lets the loop's other tasks run, as a real one does
+
+    @contextlib.asynccontextmanager
+    async def timeout(self, seconds: float | None) -> AsyncIterator[object]:
+        """Bound the block by `seconds` of this clock: it ends with TimeoutError once the
+        clock passes that (an `advance`, or a sleep of another task), however long it takes
+        in real time."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(None) as scope:
+            if seconds is None:
+                yield scope
+                return
+            expiry = _Expiry(self.monotonic() + max(0.0, seconds), loop, scope)
+            with self._lock:
+                due = expiry.deadline <= self._now
+                if not due:
+                    self._expiries.append(expiry)
+            if due:
+                scope.reschedule(loop.time())
+            try:
+                yield scope
+            finally:
+                with self._lock:
+                    if expiry in self._expiries:
+                        self._expiries.remove(expiry)
 
     def event(self) -> Event:
         return _ManualEvent(self)
@@ -135,8 +170,13 @@ class ManualClock:
             for wait in due:
                 wait.timed_out = True
                 del self._waits[wait.thread]
+            expired = [e for e in self._expiries if e.deadline <= self._now]
+            for expiry in expired:
+                self._expiries.remove(expiry)
         for wait in due:
             wait.condition.wake()
+        for expiry in expired:
+            expiry.loop.call_soon_threadsafe(_expire, expiry.scope)
 
     def settle(self, *, threads: int = 0, timeout: float = 60.0) -> None:
         """Return once every live thread that has waited on this clock (but the caller) is
@@ -198,6 +238,19 @@ class _Wait:
     condition: _ManualCondition
     deadline: float
     timed_out: bool = False
+
+
+@dataclass(eq=False)
+class _Expiry:
+    deadline: float
+    loop: asyncio.AbstractEventLoop
+    scope: asyncio.Timeout
+
+
+def _expire(scope: asyncio.Timeout) -> None:
+    """End the block `scope` bounds now (on its loop), unless it has ended already."""
+    with contextlib.suppress(RuntimeError):
+        scope.reschedule(asyncio.get_running_loop().time())
 
 
 class _ManualCondition(threading.Condition):
