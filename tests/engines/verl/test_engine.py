@@ -549,7 +549,6 @@ def test_a_terminated_job_saves_at_its_step_and_ends_verl_and_its_descendants(
     import os
     import signal
     import subprocess
-    import time
 
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {FIXTURES / "fake_verl.py"} "$@"\n')
@@ -592,10 +591,7 @@ def test_a_terminated_job_saves_at_its_step_and_ends_verl_and_its_descendants(
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not service.of("steps") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert service.of("steps"), (service.kinds(), service.of("failed"))
+        assert service.wait_for("steps", timeout=120), (service.kinds(), service.of("failed"))
         child = psutil.Process(int(child_file.read_text()))
         verl = [
             p for p in psutil.Process(job.pid).children() if "fake_verl" in " ".join(p.cmdline())
