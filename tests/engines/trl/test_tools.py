@@ -114,7 +114,6 @@ def test_the_failure_share_counts_the_calls_made_not_the_messages_left(bundle_di
     )
     rewards = StepRewards(
         cast(Any, None),
-        cast(Any, None),
         [],
         [],
         generations_per_prompt=4,
