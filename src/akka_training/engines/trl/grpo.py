@@ -238,7 +238,10 @@ def run(job: JobContext) -> Outcome:
     memory = StepMemory(device)
     generation_seconds: dict[int, float] = {}
     generation_wall: dict[int, tuple[float, float]] = {}
-    # Generation is timed by wrapping the trainer's own method (TRL has no hook around it).
+    # Generation is timed by wrapping the trainer's private `_generate`: TRL 1.16 has no
+    # public seam around it (no callback event; the experimental `rollout_func` replaces
+    # generation instead of wrapping it). tests/engines/trl/test_generation_seam.py pins the
+    # version and the method, and fails when TRL changes them.
     trainer._generate = _timed_generation(  # type: ignore[method-assign]
         trainer, memory, generation_seconds, generation_wall
     )
