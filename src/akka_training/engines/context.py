@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from akka_training.blobstore import BlobStore
 from akka_training.core import blobkeys
@@ -53,14 +53,6 @@ class JobContext:
 
     def rollouts_key(self, step: int) -> str:
         return blobkeys.rollouts_key(self.spec.run_id, step)
-
-    def training_began(self, kind: Literal["sft", "rl"]) -> None:
-        """Training starts (the first step begins): the telemetry's phase TRAINING and step
-        counter at 0, and the stall watchdog's clock. Every engine calls it once."""
-        if self.telemetry is not None:
-            self.telemetry.training(kind)
-        if self.watchdog is not None:
-            self.watchdog.arm()
 
     def attempt_key(self, name: str) -> str:
         return blobkeys.attempt_key(self.spec.run_id, self.spec.attempt, name)

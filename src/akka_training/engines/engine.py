@@ -43,19 +43,22 @@ class Engine(Protocol):
     **What it reports, and when.** Through `job.reporter`, in this order:
 
     - ``training`` once, before the first step: the total steps, the data fit, the adapted
-      modules, then `job.training_began(kind)` as the first step begins (the telemetry's
-      phase and step counter, and the stall watchdog's clock);
-    - every optimizer step as a ``steps`` report with its figures (named as
-      `akka_training.telemetry.catalog` routes them), published to `job.telemetry` as well,
-      and `job.watchdog.progress()`, so that a job that keeps stepping is never taken for
-      stalled;
+      modules; then, as the first step begins, `StepPipeline.begin` (the telemetry's phase
+      and step counter, the stall watchdog's clock, the job's preparation span);
+    - every optimizer step through the job's step pipeline
+      (`akka_training.engines.step_pipeline`, `StepPipeline.for_job`): `check` lets the health
+      monitors see its figures before the engine decides whether the step saves, `finish`
+      sends the ``steps`` report with its figures (named as `akka_training.telemetry.catalog`
+      routes them), publishes them to the job's telemetry, hands the step's rollouts (grpo
+      and gspo) to the step files (a ``rollouts`` report after the step's), reports the
+      snapshot taken at the step, feeds the stall watchdog (a job that keeps stepping is
+      never taken for stalled) and records the step's span, in that order;
     - every snapshot (every ``execution.saveEvery`` steps, and on a save-and-stop) once its
       weights and training state are in the store under `job.snapshot_keys(step)`, after the
-      step it saved was reported;
-    - for grpo and gspo, every step's rollouts, as a step file under `job.rollouts_key(step)`
-      and a ``rollouts`` report after the step's report.
+      step it saved was reported.
 
-    **How it obeys the service.** After every step it reads `job.reporter.action`: ``stop``
+    **How it obeys the service.** After every step it obeys `job.reporter.action` (what
+    `StepPipeline.finish` returns), which only the reporter changes: ``stop``
     ends training at once (no save); ``save-and-stop`` saves a snapshot at the end of the
     current step, then ends training. Told either before the last step, it returns a stopped
     `Outcome`; told at the last step, the run has finished all the same.

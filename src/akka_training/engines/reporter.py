@@ -12,8 +12,11 @@ before any report of another kind, so the service takes every report once and in
 step report carries its age (`StepReport.ago`), so the service records the step at the time it
 ended. When steps take longer than that, each report goes at once, on its own.
 
-Each answer carries a directive (`core.reports.Action`); `action` holds the latest one, which the
-training loop reads after every optimizer step.
+Each answer carries a directive (`core.reports.Action`); `action` holds the strongest one so
+far, which the training loop reads after every optimizer step. The reporter alone changes it,
+under its lock, and only ever to a stronger one (``stop`` over ``save-and-stop`` over
+``continue``): the service's answers, a 409, the job's own asks (`direct`: SIGTERM, a health
+monitor that trips) come from different threads, and none of them may undo a ``stop``.
 
 The directive a step's end obeys was asked for during that step: `step_began` has a thread of
 the reporter ask for it shortly before the step is expected to end (the previous step's
@@ -32,12 +35,13 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.core.reports import (
     ACTION_RANK,
     BATCH_LIMIT,
@@ -71,13 +75,18 @@ class ReportNotDelivered(Exception):
 
 
 def deliver(
-    client: httpx.Client, url: str, kind: str, body: dict[str, Any], patience: float
+    client: httpx.Client,
+    url: str,
+    kind: str,
+    body: dict[str, Any],
+    patience: float,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> httpx.Response:
     """POST a report until the service takes it, and return the service's answer: one below
     300, or a 409 (the sender is no longer the one the service knows). Connection errors and
-    5xx answers are retried with back-off for `patience` seconds; a refusal, a request that
-    cannot be sent, or spent patience raise `ReportNotDelivered`."""
-    deadline = time.monotonic() + patience
+    5xx answers are retried with back-off for `patience` seconds of `clock`; a refusal, a
+    request that cannot be sent, or spent patience raise `ReportNotDelivered`."""
+    deadline = clock.monotonic() + patience
     delay = 0.2
     while True:
         try:
@@ -96,9 +105,9 @@ def deliver(
                     f"{response.text[:500]}"
                 )
             error = f"HTTP {response.status_code}"
-        if time.monotonic() > deadline:
+        if clock.monotonic() > deadline:
             raise ReportNotDelivered(f"the service did not take the {kind} report: {error}")
-        time.sleep(delay)
+        clock.sleep(delay)
         delay = min(delay * 2, 5.0)
 
 
@@ -113,7 +122,10 @@ class HttpReporter:
         patience: float = 900.0,
         heartbeat_seconds: float = 5.0,
         report_seconds: float = REPORT_SECONDS,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """`clock`: the time every wait, retry and look-ahead counts (tests hold one)."""
+        self._clock = clock
         self._base = f"{trainer_url.rstrip('/')}/v1/jobs/{run_id}/attempts/{attempt}"
         self._client = httpx.Client(
             headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(30.0)
@@ -121,17 +133,17 @@ class HttpReporter:
         self._patience = patience
         self._report_seconds = report_seconds
         # None ends the sending thread.
-        self._queue: queue.Queue[_Queued | None] = queue.Queue()
+        self._queue = _Outbox(clock)
         self._lock = threading.Lock()
-        self.action: Action = "continue"
+        self._action: Action = "continue"
         self.stale = False
         self.step: int | None = None
         self.stall_dump: str | None = None
         self._listeners: list[Callable[[Action], None]] = []
-        self._closed = threading.Event()
+        self._closed = clock.event()
         self._heartbeat_seconds = heartbeat_seconds
         # The directive's look-ahead (see the module's docstring), guarded by `_ahead`.
-        self._ahead = threading.Condition()
+        self._ahead = clock.condition()
         self._step_began = 0.0
         self._ask_at: float | None = None
         self._asking_since: float | None = None
@@ -151,6 +163,11 @@ class HttpReporter:
         self._asker = threading.Thread(target=self._ask_loop, name="akka-directive", daemon=True)
         for thread in (self._sender, self._beater, self._asker):
             thread.start()
+
+    @property
+    def action(self) -> Action:
+        """The directive to obey: the strongest the service (or the job itself) gave so far."""
+        return self._action
 
     def on_directive(self, listener: Callable[[Action], None]) -> None:
         """Call `listener` with each new directive (from the reporting thread)."""
@@ -190,10 +207,10 @@ class HttpReporter:
         it was: the background heartbeat and the step reports still carry the directive."""
         if self.stale or self._closed.is_set():
             return
-        asked = time.monotonic()
+        asked = self._clock.monotonic()
         if self._ask(asked, timeout):
             with self._ahead:
-                self._round_trip = time.monotonic() - asked
+                self._round_trip = self._clock.monotonic() - asked
         else:
             self._silent = True
 
@@ -202,7 +219,7 @@ class HttpReporter:
         before the step is expected to end, `expected_seconds` from now (None: not known, the
         step's end asks)."""
         with self._ahead:
-            self._step_began = time.monotonic()
+            self._step_began = self._clock.monotonic()
             if expected_seconds is None:
                 self._ask_at = self._expected_end = None
                 return
@@ -227,7 +244,7 @@ class HttpReporter:
             with self._ahead:
                 self._ask_at = self._expected_end = None
             return
-        ended = time.monotonic()
+        ended = self._clock.monotonic()
         deadline = ended + timeout
         with self._ahead:
             self._ask_at = self._expected_end = None
@@ -245,7 +262,7 @@ class HttpReporter:
                 and self._asking_since >= since
                 and not self._closed.is_set()
             ):
-                left = deadline - time.monotonic()
+                left = deadline - self._clock.monotonic()
                 if left <= 0:
                     return  # as refresh_action: the heartbeats and step reports still carry it
                 self._ahead.wait(left)
@@ -254,14 +271,10 @@ class HttpReporter:
         self.refresh_action(timeout=timeout)
 
     def direct(self, action: Action) -> None:
-        """Take `action` as if the service had answered it (a stop outranks a save-and-stop,
-        which outranks continue): the job's own SIGTERM handler asks for a save-and-stop."""
-        with self._lock:
-            changed = ACTION_RANK[action] > ACTION_RANK[self.action]
-            if changed:
-                self.action = action
-        if changed:
-            self._announce(action)
+        """Take `action` as if the service had answered it: the job's own SIGTERM handler and a
+        health monitor that trips ask for a save-and-stop. A weaker directive than the one
+        held changes nothing (a stop stays a stop)."""
+        self._take(action)
 
     def terminated(self) -> None:
         """The job was sent SIGTERM: ask the service first (a cancel or a pause answers
@@ -277,12 +290,9 @@ class HttpReporter:
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued report was delivered (or given up)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         self._queue.put(_SEND_NOW)  # reports waiting for their turn go now
-        while self._queue.unfinished_tasks:
-            if deadline is not None and time.monotonic() > deadline:
-                raise ReportNotDelivered("reports still queued")
-            time.sleep(0.02)
+        if not self._queue.drained(timeout):
+            raise ReportNotDelivered("reports still queued")
 
     def close(self) -> None:
         self._closed.set()
@@ -297,7 +307,7 @@ class HttpReporter:
     def _enqueue(self, kind: str, body: dict[str, Any]) -> None:
         if self.stale:
             raise StaleAttempt("this attempt is no longer the run's current one")
-        self._queue.put((kind, body, time.monotonic()))
+        self._queue.put((kind, body, self._clock.monotonic()))
 
     def _final(self, kind: str, body: dict[str, Any]) -> None:
         self.flush(timeout=self._patience)
@@ -313,17 +323,17 @@ class HttpReporter:
         last_sent = float("-inf")
         while True:
             if waiting:
-                wait = last_sent + self._report_seconds - time.monotonic()
+                wait = last_sent + self._report_seconds - self._clock.monotonic()
                 try:
-                    item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+                    item = self._queue.get(timeout=max(0.0, wait))
                 except queue.Empty:
                     last_sent = self._send_waiting(waiting)
                     continue
             else:
-                item = self._queue.get()
+                item = self._queue.get(timeout=None)
             if item is not None and item[0] in BATCHED_KINDS:
                 waiting.append(item)
-                if time.monotonic() >= last_sent + self._report_seconds:
+                if self._clock.monotonic() >= last_sent + self._report_seconds:
                     last_sent = self._send_waiting(waiting)
                 else:
                     self._reports_waiting = True
@@ -338,13 +348,13 @@ class HttpReporter:
             except ReportNotDelivered as exc:
                 log.error("report %s not delivered: %s", item[0] if item else "", exc)
             finally:
-                self._queue.task_done()
+                self._queue.done()
 
     def _send_waiting(self, waiting: list[_Queued]) -> float:
         """Send the waiting reports (one alone as itself, several as ``batch`` reports), each
         step report with its age, and return when the sending began."""
         self._reports_waiting = False
-        began = time.monotonic()
+        began = self._clock.monotonic()
         reports: list[tuple[str, dict[str, Any]]] = [
             (kind, {**body, "ago": round(max(0.0, began - queued), 6)} if kind == "steps" else body)
             for kind, body, queued in waiting
@@ -360,7 +370,7 @@ class HttpReporter:
             log.error("reports %s not delivered: %s", [kind for kind, _ in reports], exc)
         finally:
             for _ in waiting:
-                self._queue.task_done()
+                self._queue.done()
             waiting.clear()
         return began
 
@@ -369,7 +379,7 @@ class HttpReporter:
             with self._ahead:
                 while not self._closed.is_set():
                     if self._ask_at is not None:
-                        wait = self._ask_at - time.monotonic()
+                        wait = self._ask_at - self._clock.monotonic()
                         if wait <= 0:
                             break
                         self._ahead.wait(wait)
@@ -383,7 +393,7 @@ class HttpReporter:
                 recent = end is not None and self._last_asked >= end - self._report_seconds
                 if short and recent and self._last_asked > self._scheduled_with:
                     continue  # a short step: an answer that came since is recent enough
-                asked = self._asking_since = time.monotonic()
+                asked = self._asking_since = self._clock.monotonic()
             answered = False
             if self.stale or self._closed.is_set():
                 pass
@@ -397,7 +407,7 @@ class HttpReporter:
                 self._asking_since = None
                 if answered:
                     self._answered_since = asked
-                    self._round_trip = time.monotonic() - asked
+                    self._round_trip = self._clock.monotonic() - asked
                 elif not self.stale and not self._closed.is_set():
                     self._silent = True
                 self._ahead.notify_all()
@@ -426,32 +436,44 @@ class HttpReporter:
     def _post(self, kind: str, body: dict[str, Any], patience: float | None = None) -> None:
         url = f"{self._base}/{kind}"
         wait = self._patience if patience is None else patience
-        asked = time.monotonic()
-        self._take_answer(deliver(self._client, url, kind, body, wait), asked)
+        asked = self._clock.monotonic()
+        self._take_answer(deliver(self._client, url, kind, body, wait, self._clock), asked)
 
     def _take_answer(self, response: httpx.Response, asked: float) -> None:
         """The directive of an answer to a question sent at `asked`: a 409 means this attempt
         is no longer the run's."""
+        action: Action
         if response.status_code == 409:
             self.stale = True
-            self.action = "stop"
-            self._answered(asked)
+            action = "stop"
+        elif response.status_code >= 300:
             return
-        if response.status_code >= 300:
-            return
-        try:
-            action = response.json().get("action", "continue")
-        except ValueError:
-            return
-        if action not in ACTION_RANK:
-            return
-        with self._lock:
-            changed = ACTION_RANK[action] > ACTION_RANK[self.action]
-            if ACTION_RANK[action] >= ACTION_RANK[self.action]:
-                self.action = action
+        else:
+            try:
+                answered = response.json().get("action", "continue")
+            except ValueError:
+                return
+            if answered not in ACTION_RANK:
+                return
+            action = answered
+        # The directive is held before a step's end waiting for this answer reads it.
+        changed = self._hold(action)
         self._answered(asked)
         if changed:
             self._announce(action)
+
+    def _take(self, action: Action) -> None:
+        if self._hold(action):
+            self._announce(action)
+
+    def _hold(self, action: Action) -> bool:
+        """The one place the directive changes: to `action` when it is stronger than the one
+        held (whether it changed; the caller tells the listeners)."""
+        with self._lock:
+            if ACTION_RANK[action] <= ACTION_RANK[self._action]:
+                return False
+            self._action = action
+            return True
 
     def _wait_for_answer(self, asked: float, timeout: float) -> bool:
         """Wait up to `timeout` for the answer to a request sent at `asked` or later."""
@@ -472,6 +494,41 @@ class HttpReporter:
                 listener(action)
             except Exception:  # a listener (telemetry) must not stop the reports
                 log.exception("a directive listener failed")
+
+
+class _Outbox:
+    """The reports waiting for the sending thread, in order, on the reporter's clock (as
+    `queue.Queue`, whose timed waits count the machine's time). Each item taken is marked
+    `done` once sent or given up; `drained` waits for that."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._items: deque[_Queued | None] = deque()
+        self._unfinished = 0
+        self._changed = clock.condition()
+
+    def put(self, item: _Queued | None) -> None:
+        with self._changed:
+            self._items.append(item)
+            self._unfinished += 1
+            self._changed.notify_all()
+
+    def get(self, timeout: float | None) -> _Queued | None:
+        """The next item, waiting up to `timeout` seconds for one (None: as long as it takes);
+        raises `queue.Empty` when none came."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: bool(self._items), timeout):
+                raise queue.Empty
+            return self._items.popleft()
+
+    def done(self) -> None:
+        with self._changed:
+            self._unfinished -= 1
+            self._changed.notify_all()
+
+    def drained(self, timeout: float | None) -> bool:
+        """Wait up to `timeout` seconds until every item put was done; whether it was."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._unfinished == 0, timeout)
 
 
 # Put on the queue by `flush`: the step reports waiting to be sent go at once.

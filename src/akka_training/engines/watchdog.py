@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from typing import Protocol
 import torch
 
 from akka_training.blobstore import BlobStore
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.engines.memory import host_peak, host_resident
 
 log = logging.getLogger(__name__)
@@ -44,10 +44,11 @@ class StallWatchdog:
         sink: StallSink,
         *,
         on_stall: Callable[[bool], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """`on_stall(True)` is called when a stall is dumped, `on_stall(False)` when steps
-        complete again (the telemetry's stalled gauge)."""
+        complete again (the telemetry's stalled gauge). `clock`: the time the stall limit and
+        the watching thread's looks count."""
         self.stall_seconds = stall_seconds
         self._artifacts = artifacts
         self._store = store
@@ -55,10 +56,10 @@ class StallWatchdog:
         self._sink = sink
         self._on_stall = on_stall
         self._clock = clock
-        self._last_progress = clock()
+        self._last_progress = clock.monotonic()
         self._armed = False
         self._dumped = False
-        self._stop = threading.Event()
+        self._stop = clock.event()
         self._thread: threading.Thread | None = None
         self.dumps: list[Path] = []
 
@@ -71,12 +72,12 @@ class StallWatchdog:
     def arm(self) -> None:
         """Training starts: the stall clock starts now, with the first step."""
         self._armed = True
-        self._last_progress = self._clock()
+        self._last_progress = self._clock.monotonic()
 
     def progress(self) -> None:
         """An optimizer step completed."""
         self._armed = True
-        self._last_progress = self._clock()
+        self._last_progress = self._clock.monotonic()
         if self._dumped and self._on_stall is not None:
             self._on_stall(False)
         self._dumped = False
@@ -90,7 +91,7 @@ class StallWatchdog:
         """Dump when the job has stalled and no dump was written for this stall yet."""
         if not self._armed or self._dumped:
             return None
-        if self._clock() - self._last_progress < self.stall_seconds:
+        if self._clock.monotonic() - self._last_progress < self.stall_seconds:
             return None
         self._dumped = True
         return self.dump()
@@ -100,7 +101,7 @@ class StallWatchdog:
         name = f"stall-{stamp}.txt"
         path = self._artifacts / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        stalled = self._clock() - self._last_progress
+        stalled = self._clock.monotonic() - self._last_progress
         path.write_text(stall_report(stalled))
         key = self._key_for(name)
         try:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.core.plans import Reward
 from akka_training.rewards.inputs import FailureCause, RolloutInput, TermFailed, TermOutcome
 from akka_training.rewards.scoring import ScoredBatch, ScoredRollout, ScoreStats
@@ -58,11 +59,15 @@ class RewardScorer:
         max_concurrency: int = 16,
         sync_timeout_seconds: float = 30.0,
         batch_timeout_seconds: float = 600.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """Raises `RewardSetupError` when a term cannot run (see `terms.build_graders`)."""
+        """Raises `RewardSetupError` when a term cannot run (see `terms.build_graders`).
+        `clock`: the time the remote terms' budgets and waits between tries count."""
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
-        self.graders: list[Grader] = build_graders(terms, bundle_resolver=bundle_resolver)
+        self.graders: list[Grader] = build_graders(
+            terms, bundle_resolver=bundle_resolver, clock=clock
+        )
         self.max_concurrency = max_concurrency
         self.sync_timeout_seconds = sync_timeout_seconds
         self.batch_timeout_seconds = batch_timeout_seconds

@@ -185,7 +185,9 @@ def test_short_steps_are_each_reported_once_in_fewer_requests_and_a_pause_still_
     catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
 ) -> None:
     # Steps of a few hundredths of a second, under the default `report-seconds` (1 s): the
-    # job sends several steps in one request and asks for the directive about as often.
+    # job sends several steps in one request, each step once and in order, and a pause still
+    # saves. (How many requests go per interval is the reporter's, pinned under a held clock
+    # in tests/engines/test_reporter.py: here it would depend on how busy the machine is.)
     spec = _short_steps(catalog, report_server, store, steps=200, save_every=1000)
     assert spec.telemetry.report_seconds == 1.0
     report_server.script = lambda kind, body, reports: (
@@ -202,7 +204,6 @@ def test_short_steps_are_each_reported_once_in_fewer_requests_and_a_pause_still_
     with report_server.lock:
         requests = [k for k in report_server.requests if k in ("steps", "batch", "heartbeat")]
     assert "batch" in requests
-    assert len(requests) < stopped, (len(requests), stopped)
 
 
 def _short_steps(

@@ -3,6 +3,7 @@ declares tools and scores with a rule term from the same bundle."""
 
 from __future__ import annotations
 
+import fcntl
 import textwrap
 from pathlib import Path
 from typing import Any, cast
@@ -19,7 +20,7 @@ from tests.engines.rows import chat_rows
 
 TOOLS = textwrap.dedent(
     '''
-    import time
+    import fcntl
 
 
     def add(a: int, b: int) -> int:
@@ -32,14 +33,15 @@ TOOLS = textwrap.dedent(
         return a + b
 
 
-    def nap(seconds: float) -> str:
-        """Sleep a while.
+    def hold(path: str) -> str:
+        """Wait until nobody holds the lock on a file.
 
         Args:
-            seconds: How long to sleep.
+            path: The file.
         """
-        time.sleep(seconds)
-        return "awake"
+        with open(path) as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        return "free"
 
 
     def broken(x: int) -> int:
@@ -68,29 +70,33 @@ def bundle_dir(tmp_path: Path) -> Path:
     return directory
 
 
-def test_tools_are_named_timed_and_counted(bundle_dir: Path) -> None:
+def test_tools_are_named_timed_and_counted(bundle_dir: Path, tmp_path: Path) -> None:
     counters = ToolCounters()
     tools = load_tools(
         [
             Tool(name="plus", bundle="b", function="tools:add"),
-            Tool(name="nap", bundle="b", function="tools:nap", timeoutSeconds=0.2),
+            Tool(name="wait", bundle="b", function="tools:hold", timeoutSeconds=0.2),
             Tool(name="broken", bundle="b", function="tools:broken"),
         ],
         lambda ref: bundle_dir,
         counters,
     )
-    plus, nap, broken = tools
+    plus, wait, broken = tools
 
     assert plus.__name__ == "plus"
     assert plus(a=2, b=3) == 5
-    assert nap(seconds=0.01) == "awake"
-    with pytest.raises(ToolTimeout, match=r"did not answer within 0\.2 s"):
-        nap(seconds=2)
+    lock = tmp_path / "lock"
+    lock.touch()
+    assert wait(path=str(lock)) == "free"
+    with open(lock) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the tool waits until the test lets go: stuck
+        with pytest.raises(ToolTimeout, match=r"did not answer within 0\.2 s"):
+            wait(path=str(lock))
     with pytest.raises(ValueError, match="broken on purpose"):
         broken(x=1)
-    assert dict(counters.calls) == {"plus": 1, "nap": 2, "broken": 1}
-    assert dict(counters.failures) == {"plus": 0, "nap": 1, "broken": 1}
-    assert dict(counters.timeouts) == {"plus": 0, "nap": 1, "broken": 0}
+    assert dict(counters.calls) == {"plus": 1, "wait": 2, "broken": 1}
+    assert dict(counters.failures) == {"plus": 0, "wait": 1, "broken": 1}
+    assert dict(counters.timeouts) == {"plus": 0, "wait": 1, "broken": 0}
 
 
 def test_the_failure_share_counts_the_calls_made_not_the_messages_left(bundle_dir: Path) -> None:
@@ -107,7 +113,6 @@ def test_the_failure_share_counts_the_calls_made_not_the_messages_left(bundle_di
         counters,
     )
     rewards = StepRewards(
-        cast(Any, None),
         cast(Any, None),
         [],
         [],

@@ -21,6 +21,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from akka_training.blobstore.local import LocalBlobStore
+from akka_training.core.clock import ManualClock
 from akka_training.core.monitors import verdicts
 from akka_training.core.plans import Monitors
 from akka_training.engines.context import JobContext
@@ -368,7 +369,7 @@ def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Callable, tmp_path: Path) -> None:
-    now = [0.0]
+    clock = ManualClock()
     made: list[StallWatchdog] = []
 
     def watchdog(reporter: HttpReporter) -> StallWatchdog:
@@ -379,11 +380,11 @@ def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Callable, tmp_path: P
                 LocalBlobStore(tmp_path / "blobs"),
                 lambda name: f"stall/{name}",
                 reporter,
-                clock=lambda: now[0],
+                clock=clock,
             )
         )
         made[0].progress()
-        now[0] = 100.0  # without a step from here on, the job would count as stalled
+        clock.advance(100.0)  # without a step from here on, the job would count as stalled
         return made[0]
 
     code, _ = job(watchdog=watchdog, rl={"training": {"maxSteps": 2}})
@@ -548,7 +549,6 @@ def test_a_terminated_job_saves_at_its_step_and_ends_verl_and_its_descendants(
     import os
     import signal
     import subprocess
-    import time
 
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {FIXTURES / "fake_verl.py"} "$@"\n')
@@ -591,10 +591,7 @@ def test_a_terminated_job_saves_at_its_step_and_ends_verl_and_its_descendants(
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not service.of("steps") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert service.of("steps"), (service.kinds(), service.of("failed"))
+        assert service.wait_for("steps", timeout=120), (service.kinds(), service.of("failed"))
         child = psutil.Process(int(child_file.read_text()))
         verl = [
             p for p in psutil.Process(job.pid).children() if "fake_verl" in " ".join(p.cmdline())

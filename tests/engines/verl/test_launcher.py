@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -76,17 +75,16 @@ def test_a_stall_is_reported_once(tmp_path: Path) -> None:
     process.start()
     seen: list[int] = []
     stalls = []
-    started = time.monotonic()
+    after = 0  # events followed after the stall
     for event in process.events(poll_seconds=0.05, stall_seconds=0.6, startup_seconds=30):
         if isinstance(event, Steps):
             seen += [s.step for s in event.steps]
         elif isinstance(event, Stalled):
             stalls.append(event)
-            # keep following a little: the stall is not reported again
-            deadline = time.monotonic() + 0.5
-        if stalls and time.monotonic() > deadline:
+        elif stalls:
+            after += 1
+        if after == 10:  # ten more looks (half a second): the stall is not reported again
             break
-        assert time.monotonic() - started < 30
     assert seen == [1, 2]
     assert len(stalls) == 1 and stalls[0].last_step == 2 and stalls[0].seconds >= 0.6
     assert process.stop(grace=5) == -15  # SIGTERM ended it
@@ -115,9 +113,7 @@ def test_sigkill_after_the_grace_period(tmp_path: Path) -> None:
     for event in process.events(poll_seconds=0.05):
         if isinstance(event, Steps):
             break
-    started = time.monotonic()
-    assert process.stop(grace=0.5) == -9
-    assert time.monotonic() - started < 5
+    assert process.stop(grace=0.5) == -9  # it ignored SIGTERM: killed once the grace ran out
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from akka_training.engines.verl.engine import record_step_spans
+from akka_training.engines.step_pipeline import record_step
+from akka_training.engines.verl.engine import step_span
 from akka_training.engines.verl.metrics import read_steps
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry.otel import JOB_SERVICE, job_resource
@@ -20,8 +21,10 @@ def test_a_verl_step_is_a_span_with_generation_and_update_under_it() -> None:
     tracing = Tracing(JOB_SERVICE, job_resource("run-1", 1, "maths"), None, exporter=exporter)
     step = read_steps(FIXTURES / "metrics.jsonl")[0]
     figures = step.figures
+    span = step_span(step.step, figures, ended=1000.0)
+    assert span is not None
     with tracing.span(P + "job"):
-        record_step_spans(tracing, step.step, figures, ended=1000.0)
+        record_step(tracing, step.step, span)
     tracing.shutdown()
 
     spans = {s.name: s for s in exporter.get_finished_spans()}

@@ -1,13 +1,15 @@
-"""The http term against a real HTTP server on 127.0.0.1."""
+"""The http term against a real HTTP server on 127.0.0.1. Its budget and its waits between
+tries count a `ManualClock`'s seconds: a wait passes at once, and the tests read how long it
+was from the clock."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from akka_training.core.clock import ManualClock
 from akka_training.core.plans import HttpTerm
 from akka_training.rewards.scorer import RewardScorer
 from akka_training.rewards.scoring import ScoredBatch
@@ -32,8 +34,8 @@ def evaluator(url: str, timeout: float = 5.0) -> HttpTerm:
     )
 
 
-def score(term: HttpTerm, count: int = 1) -> ScoredBatch:
-    with RewardScorer([term]) as scorer:
+def score(term: HttpTerm, count: int = 1, clock: ManualClock | None = None) -> ScoredBatch:
+    with RewardScorer([term], clock=clock or ManualClock()) as scorer:
         return scorer.score([rollout(prompt=CHAT) for _ in range(count)])
 
 
@@ -76,11 +78,11 @@ def test_an_answer_that_is_not_json_has_no_verdict(serve: Serve) -> None:
 
 
 def test_a_slow_evaluator_scores_zero_with_cause_timeout(serve: Serve) -> None:
-    server = serve(lambda path, body: Reply({"score": 1.0}, delay=3.0))
-    started = time.monotonic()
+    # The server would answer after a minute: the term gives up at its 0.3 s.
+    server = serve(lambda path, body: Reply({"score": 1.0}, delay=60.0))
     batch = score(evaluator(server.url, timeout=0.3), count=3)
-    assert time.monotonic() - started < 2.0
     assert batch.rollouts[0].failures == {"eval": "timeout"}
+    assert "did not answer within 0.3 s" in batch.rollouts[0].explanations["eval"]
     assert batch.stats.failures == {("eval", "timeout"): 3}
 
 
@@ -120,9 +122,9 @@ def test_a_rate_limit_is_waited_out_and_the_retry_counted(serve: Serve) -> None:
 def test_retry_after_is_honoured(serve: Serve) -> None:
     answers = iter([Reply({}, status=503, headers={"Retry-After": "0.6"})])
     server = serve(lambda path, body: next(answers, Reply({"ok": True})))
-    started = time.monotonic()
-    batch = score(evaluator(server.url, timeout=3.0))
-    assert time.monotonic() - started >= 0.6
+    clock = ManualClock()
+    batch = score(evaluator(server.url, timeout=3.0), clock=clock)
+    assert clock.monotonic() == 0.6  # waited what it asked, no more
     assert batch.rollouts[0].values == {"eval": 1.0}
     assert batch.stats.retries == {"eval": 1}
 
@@ -131,12 +133,12 @@ def test_an_endpoint_that_stays_unavailable_scores_zero_once_the_budget_is_spent
     serve: Serve,
 ) -> None:
     server = serve(lambda path, body: Reply({"error": "unavailable"}, status=503))
-    started = time.monotonic()
-    batch = score(evaluator(server.url, timeout=1.5))
-    elapsed = time.monotonic() - started
+    clock = ManualClock()
+    batch = score(evaluator(server.url, timeout=1.5), clock=clock)
     result = batch.rollouts[0]
-    # Tried again and again within its 1.5 s, and no longer.
-    assert 1.0 < elapsed < 2.5
+    # Tried again and again within its 1.5 s, and no longer: the last wait left the last try
+    # its least time (0.05 s), and none came after it.
+    assert clock.monotonic() == pytest.approx(1.45)
     assert len(server.requests) >= 3
     assert result.failures == {"eval": "http-status"}
     assert batch.stats.failures == {("eval", "http-status"): 1}
@@ -151,9 +153,9 @@ def test_an_endpoint_that_stays_unavailable_scores_zero_once_the_budget_is_spent
 
 def test_a_retry_after_past_the_budget_is_not_waited(serve: Serve) -> None:
     server = serve(lambda path, body: Reply({}, status=429, headers={"Retry-After": "60"}))
-    started = time.monotonic()
-    batch = score(evaluator(server.url, timeout=2.0))
-    assert time.monotonic() - started < 1.0
+    clock = ManualClock()
+    batch = score(evaluator(server.url, timeout=2.0), clock=clock)
+    assert clock.monotonic() == 0.0  # not waited at all
     assert len(server.requests) == 1
     assert batch.rollouts[0].failures == {"eval": "http-status"}
     assert batch.rollouts[0].explanations["eval"] == (

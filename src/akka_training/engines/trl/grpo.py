@@ -2,7 +2,8 @@
 
 One flow, as for SFT: set up the model, the prompts (with their data fit), the reward, the tools,
 the adapter and the resume point; report `training`; train, each step reported by
-`StepReporting`; save the final adapter.
+`StepReporting` through the job's step pipeline (the health monitors, the step files); save
+the final adapter.
 
 How the plan maps onto TRL: a step takes ``promptsPerStep`` prompts and samples
 ``generationsPerPrompt`` completions of each (``num_generations``). TRL counts completions, not
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from datasets import Dataset
@@ -42,6 +43,8 @@ from akka_training.engines.datafit import prompt_length, rl_data_fit
 from akka_training.engines.failures import DataError, RewardError
 from akka_training.engines.flops import flop_parameters, peak_flops
 from akka_training.engines.memory import StepMemory
+from akka_training.engines.step_files import StepFileWriter, keep_step_file
+from akka_training.engines.step_pipeline import StepPipeline, nothing_scored
 from akka_training.engines.trl.common import (
     StopAt,
     common_args,
@@ -57,11 +60,12 @@ from akka_training.engines.trl.common import (
     training_device,
     warmup_steps,
 )
-from akka_training.engines.trl.rewards import KeepRollouts, StepRewards
-from akka_training.engines.trl.steps import StepReporting
+from akka_training.engines.trl.rewards import StepRewards
+from akka_training.engines.trl.steps import StepOutput, StepReporting
 from akka_training.engines.trl.tools import ToolCounters, load_tools
 from akka_training.rewards.health import HealthWatch, correctness_term, remote_terms
 from akka_training.rewards.inputs import RewardSetupError
+from akka_training.rewards.rollouts import Rollout
 from akka_training.rewards.scorer import RewardScorer
 from akka_training.telemetry import catalog as names
 from akka_training.telemetry.tracing import RecordedSpan
@@ -124,6 +128,14 @@ class GrpoFigures(TrainerCallback):
     def on_train_begin(self, args: Any, state: TrainerState, control: Any, **kwargs: Any) -> None:
         # A resumed run's count starts where its snapshot's did.
         self._tokens_seen = state.num_input_tokens_seen
+
+    def step_output(self, step: int, ended: float) -> StepOutput:
+        """The step's phases, its rollouts and what scoring them cost."""
+        return StepOutput(
+            phases=self.step_spans(step, ended),
+            rollouts=self.rewards.rollouts.pop(step, []),
+            scoring=self.rewards.scoring.pop(step, nothing_scored()),
+        )
 
     def step_figures(
         self, step: int, logs: dict[str, float], state: TrainerState
@@ -205,7 +217,6 @@ def run(job: JobContext) -> Outcome:
         **_method_args(method),
     )
     rewards = StepRewards(
-        job,
         scorer,
         rows,
         source_rows,
@@ -227,31 +238,41 @@ def run(job: JobContext) -> Outcome:
     memory = StepMemory(device)
     generation_seconds: dict[int, float] = {}
     generation_wall: dict[int, tuple[float, float]] = {}
-    # Generation is timed by wrapping the trainer's own method (TRL has no hook around it).
+    # Generation is timed by wrapping the trainer's private `_generate`: TRL 1.16 has no
+    # public seam around it (no callback event; the experimental `rollout_func` replaces
+    # generation instead of wrapping it). tests/engines/trl/test_generation_seam.py pins the
+    # version and the method, and fails when TRL changes them.
     trainer._generate = _timed_generation(  # type: ignore[method-assign]
         trainer, memory, generation_seconds, generation_wall
     )
     figures = GrpoFigures(rewards, generation_seconds, generation_wall)
     trained = trainer.model
     assert trained is not None  # the trainer holds the model it was given
-    reporting = StepReporting(
+    # Each step's file is stored and reported off the step's critical path.
+    step_files = StepFileWriter[Sequence[Rollout]](
+        functools.partial(keep_step_file, job.store, job.reporter, job.spec.run_id)
+    )
+    pipeline = StepPipeline.for_job(
         job,
-        figures,
-        memory,
-        kind="rl",
-        total_steps=total_steps,
-        flop_parameters=flop_parameters(trained),
-        peak_flops=peak_flops(device, precision(settings, device)),
-        spans=figures.step_spans,
-        health=HealthWatch(
+        "rl",
+        total_steps,
+        monitors=HealthWatch(
             job.spec.run_id,
             settings.config.monitors or Monitors(),
             correctness_term(settings.config.monitors, settings.config.reward),
         ),
+        rollouts=step_files,
+    )
+    reporting = StepReporting(
+        job,
+        figures,
+        memory,
+        pipeline,
+        flop_parameters=flop_parameters(trained),
+        peak_flops=peak_flops(device, precision(settings, device)),
     )
     if schedule > total_steps:
         trainer.add_callback(StopAt(total_steps))
-    trainer.add_callback(KeepRollouts(rewards))  # before the snapshots are uploaded
     trainer.add_callback(figures)
     trainer.add_callback(reporting)
     modules = adapted_modules(trained)
@@ -267,9 +288,9 @@ def run(job: JobContext) -> Outcome:
     # Train
     try:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-        rewards.writer.wait()
+        step_files.wait()  # every rollout is kept, however training ended
     finally:
-        rewards.writer.close()
+        step_files.close()
         scorer.close()
     step = trainer.state.global_step
     if reporting.stopped:

@@ -2,13 +2,11 @@
 
 TRL calls a reward function with the whole generation batch of a step (every prompt's
 ``generationsPerPrompt`` completions, prompt by prompt). `StepRewards` scores the batch with the
-project's reward terms (`akka_training.rewards`), never with anything of TRL's, keeps every
-rollout of the step in a Parquet step file (``runs/{run}/rollouts/step-{N}.parquet``), reports
-it, computes the step's reward figures and publishes the scorer's accounting to telemetry.
-
-The step file is built in memory, stored and reported off the step's critical path, by the
-`StepFileWriter` in `writer`; `KeepRollouts` waits for it before each snapshot and at the end
-of training.
+project's reward terms (`akka_training.rewards`), never with anything of TRL's, computes the
+step's reward figures, and holds the step's rollouts and the scorer's accounting until the
+step ends: the job's step pipeline then publishes the accounting and hands the rollouts to the
+step file writer (``runs/{run}/rollouts/step-{N}.parquet``, stored and reported off the step's
+critical path), as it does for every engine.
 """
 
 from __future__ import annotations
@@ -17,24 +15,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from transformers import TrainerCallback
-
-from akka_training.core.reports import RolloutsReport
-from akka_training.engines.context import JobContext
 from akka_training.engines.data import RlRow
 from akka_training.engines.failures import RewardError, out_of_memory
-from akka_training.engines.step_files import StepFileWriter
 from akka_training.engines.trl.tools import ToolCounters
-from akka_training.rewards.figures import histogram_values, step_figures
+from akka_training.rewards.figures import step_figures
 from akka_training.rewards.health import rollout_health
 from akka_training.rewards.inputs import RolloutInput, content_text
-from akka_training.rewards.rollouts import (
-    Rollout,
-    rollouts_from_scores,
-    step_file_bytes,
-    step_summary,
-)
+from akka_training.rewards.rollouts import Rollout, rollouts_from_scores
 from akka_training.rewards.scorer import RewardScorer
+from akka_training.rewards.scoring import ScoreStats
 
 # What a failed tool call looks like in a tool message: TRL turns the exception into this dict.
 TOOL_ERROR_PREFIX = "{'error'"
@@ -47,7 +36,6 @@ class StepRewards:
 
     def __init__(
         self,
-        job: JobContext,
         scorer: RewardScorer,
         rows: Sequence[RlRow],
         source_rows: Sequence[dict[str, Any]],
@@ -58,7 +46,6 @@ class StepRewards:
         tool_counters: ToolCounters | None = None,
         remote_terms: Sequence[str] = (),
     ) -> None:
-        self.job = job
         self.scorer = scorer
         self.rows = {row.index: row for row in rows}
         self.source_rows = source_rows
@@ -73,7 +60,9 @@ class StepRewards:
         self.seconds: dict[int, float] = {}
         # Per step: when scoring began and ended (time.time()), for the step's reward span.
         self.wall: dict[int, tuple[float, float]] = {}
-        self.writer = StepFileWriter[list[Rollout]](self._keep)
+        # Per step: its rollouts and what scoring them cost, until the step ends.
+        self.rollouts: dict[int, list[Rollout]] = {}
+        self.scoring: dict[int, ScoreStats] = {}
 
     def __call__(
         self,
@@ -100,21 +89,11 @@ class StepRewards:
             if out_of_memory(exc):
                 raise  # reported as the memory that ran out, not as the reward's fault
             raise RewardError(f"the reward of step {step} could not be computed: {exc}") from exc
-        self.writer.submit(step, rollouts)  # kept in the background; raises an earlier failure
+        self.rollouts[step] = rollouts
+        self.scoring[step] = scored.stats
         self.figures[step] = step_figures(rollouts, self.generations, self.max_completion_tokens)
         self.figures[step] |= self._tool_figures(len(batch))
         self.figures[step] |= rollout_health(rollouts, self.remote_terms, scored.stats.seconds)
-        telemetry = self.job.telemetry
-        if telemetry is not None:
-            stats = scored.stats
-            telemetry.reward_stats(
-                timings=stats.seconds,
-                failures=stats.failures,
-                judge_prompt_tokens=stats.judge_prompt_tokens,
-                judge_completion_tokens=stats.judge_completion_tokens,
-                retries=stats.retries,
-            )
-            telemetry.histograms(histogram_values(rollouts))
         self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - started
         self.wall[step] = (self.wall.get(step, (wall_started, 0.0))[0], time.time())
         return list[float | None](scored.scores)
@@ -153,36 +132,6 @@ class StepRewards:
             "tools/calls_per_completion": new_calls / max(1, completions),
             "tools/failure_share": new_failures / new_calls,
         }
-
-    def _keep(self, step: int, rollouts: list[Rollout]) -> None:
-        """Store the step file, then report it (on the writer's thread). The file is built in
-        memory and stored with one write: no copy of it on the job's disk first."""
-        key = self.job.rollouts_key(step)
-        self.job.store.put_bytes(key, step_file_bytes(rollouts))
-        summary = step_summary(rollouts)
-        self.job.reporter.rollouts(
-            RolloutsReport(
-                step=step,
-                blob=key,
-                count=summary.count,
-                best_score=summary.best,
-                worst_score=summary.worst,
-            )
-        )
-
-
-class KeepRollouts(TrainerCallback):
-    """Waits for the step files being written before a snapshot is taken (add it before the
-    callback that uploads snapshots) and when training ends, so every rollout is kept."""
-
-    def __init__(self, rewards: StepRewards) -> None:
-        self.rewards = rewards
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.rewards.writer.wait()
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.rewards.writer.wait()
 
 
 def completion_text(completion: Any) -> str:

@@ -2,7 +2,7 @@
 
 One flow: set up the model and its processing class, the data (with its data fit), the adapter
 (fresh, or the source run's) and the resume point; report `training`; train, each step reported
-by `StepReporting`; save the final adapter. The loss counts the answer only: the assistant turns
+by `StepReporting` through the job's step pipeline; save the final adapter. The loss counts the answer only: the assistant turns
 of chat rows (``assistant_only_loss``, through the chat template's generation markers) and the
 completion of prompt/completion rows.
 """
@@ -26,6 +26,7 @@ from akka_training.engines.datafit import DataFit, PaddingMeter, sft_data_fit
 from akka_training.engines.failures import DataError
 from akka_training.engines.flops import flop_parameters, peak_flops
 from akka_training.engines.memory import StepMemory
+from akka_training.engines.step_pipeline import StepPipeline
 from akka_training.engines.trl.common import (
     StopAt,
     common_args,
@@ -41,7 +42,7 @@ from akka_training.engines.trl.common import (
     training_device,
     warmup_steps,
 )
-from akka_training.engines.trl.steps import StepReporting
+from akka_training.engines.trl.steps import StepOutput, StepReporting
 
 # Figures of TRL's step logs reported as they are.
 LOGGED = ("loss", "grad_norm", "learning_rate")
@@ -64,6 +65,9 @@ class SftFigures:
         if share is not None:
             out["padding_share"] = share
         return out
+
+    def step_output(self, step: int, ended: float) -> StepOutput:
+        return StepOutput()  # no phases, no rollouts
 
 
 class SftEngine:
@@ -135,8 +139,7 @@ def run(job: JobContext) -> Outcome:
         job,
         SftFigures(padding, lambda: trainer.current_gradient_accumulation_steps),
         StepMemory(device),
-        kind="sft",
-        total_steps=total_steps,
+        StepPipeline.for_job(job, "sft", total_steps),
         flop_parameters=flop_parameters(trained),
         peak_flops=peak_flops(device, precision(settings, device)),
     )

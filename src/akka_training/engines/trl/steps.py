@@ -1,49 +1,69 @@
 """Per-step reporting for TRL runs: a `TrainerCallback` that, after every optimizer step,
-gathers the step's figures, reports them, saves a snapshot when one is due (every
-``execution.saveEvery`` steps, or when the service asks for a save-and-stop) and obeys the
-service's directive.
+gathers the step's figures, saves a snapshot when one is due (every ``execution.saveEvery``
+steps, or when the service or a health monitor asks for a save-and-stop) and hands the step to
+the job's `StepPipeline` (its report, telemetry, rollouts, snapshot, watchdog and span, in the
+order every engine follows), then obeys the directive.
 
 The Trainer runs a step's hooks in this order: ``on_step_end``, then ``on_log``, then (when due)
-``on_evaluate`` and ``on_save``. The callback decides at ``on_step_end`` which of them will come
-and sends the step's report after the last one, so the report carries the step's loss, its
+``on_evaluate`` and ``on_save``. The callback decides at ``on_step_end`` which of them will come;
+once the step's logs are in, the monitors see its figures (`StepPipeline.check`), and after the
+last hook the pipeline finishes the step, so the report carries the step's loss, its
 evaluation and its save time. A directive that arrives before the save check (in ``on_log`` or
-``on_evaluate``) can still ask for a save at the same step.
+``on_evaluate``), a tripped monitor's included, can still ask for a save at the same step.
 """
 
 from __future__ import annotations
 
-import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from akka_training.core.reports import MonitorPause, SnapshotReport, StepReport
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
+from akka_training.core.reports import MonitorPause, SnapshotReport
 from akka_training.engines.context import JobContext
 from akka_training.engines.flops import mfu
 from akka_training.engines.memory import StepMemory
 from akka_training.engines.snapshots import upload_snapshot
-from akka_training.rewards.health import HealthWatch
+from akka_training.engines.step_pipeline import (
+    FinishedStep,
+    StepPipeline,
+    StepSpan,
+    nothing_scored,
+)
+from akka_training.rewards.rollouts import Rollout
+from akka_training.rewards.scoring import ScoreStats
 from akka_training.telemetry import catalog as names
-from akka_training.telemetry.figures import Kind
 from akka_training.telemetry.tracing import RecordedSpan
 
-log = logging.getLogger(__name__)
+
+@dataclass
+class StepOutput:
+    """What the engine's own part hands over at a step's end: the spans of the step's phases
+    (under its span), its rollouts and what scoring them cost."""
+
+    phases: list[RecordedSpan] = field(default_factory=list)
+    rollouts: Sequence[Rollout] = ()
+    scoring: ScoreStats = field(default_factory=nothing_scored)
 
 
 class EngineFigures(Protocol):
-    """The engine's own figures of one step, from the Trainer's logs of that step. The result
-    must hold ``tokens`` (tokens processed). When it holds ``timing/generation`` or
-    ``timing/reward``, the rest of the step is reported as ``timing/update``, and MFU is
-    measured over it."""
+    """The engine's own part of a step. `step_figures`: its figures, from the Trainer's logs
+    of that step; they must hold ``tokens`` (tokens processed). When they hold
+    ``timing/generation`` or ``timing/reward``, the rest of the step is reported as
+    ``timing/update``, and MFU is measured over it. `step_output`: what else it hands over
+    once the step ended (at `ended`, `time.time()` seconds)."""
 
     def step_figures(
         self, step: int, logs: dict[str, float], state: TrainerState
     ) -> dict[str, float]: ...
+
+    def step_output(self, step: int, ended: float) -> StepOutput: ...
 
 
 class StepReporting(TrainerCallback):
@@ -52,42 +72,37 @@ class StepReporting(TrainerCallback):
         job: JobContext,
         engine: EngineFigures,
         memory: StepMemory,
+        pipeline: StepPipeline,
         *,
-        kind: Kind,
-        total_steps: int,
         flop_parameters: int,
         peak_flops: float | None,
-        spans: Callable[[int, float], list[RecordedSpan]] | None = None,
-        health: HealthWatch | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """`spans(step, end_s)`: the engine's spans of a step's phases, under its step span.
-        `health`: the run's monitors (reinforcement runs); one that trips saves a snapshot at
-        the step and stops, as a pause with ``--checkpoint save`` does."""
+        """`pipeline`: what each step owes once it trained; its monitors (reinforcement runs)
+        that trip save a snapshot at the step and stop, as a pause with ``--checkpoint save``
+        does. `clock`: the time a step's timings count."""
         self.job = job
         self.engine = engine
         self.memory = memory
-        self.kind = kind
-        self.total_steps = total_steps
+        self.pipeline = pipeline
+        self.total_steps = pipeline.total_steps
         self.flop_parameters = flop_parameters
         self.peak_flops = peak_flops
         self.clock = clock
-        self.spans = spans
         # Spans under the current step's span (its evaluation, its snapshot save).
         self._children: list[RecordedSpan] = []
         self.save_every = job.spec.settings.execution.save_every
         self.stopped = False
         self.last: dict[str, float] = {}
-        self._ready = clock()
+        self._ready = clock.monotonic()
         self._wall_ready = time.time()
         self._pending: set[str] = set()
         self._figures: dict[str, float] = {}
         self._logs: dict[str, float] = {}
-        self._hook_done = clock()
+        self._hook_done = clock.monotonic()
         self._stop_after_save = False
         self._state: TrainerState | None = None
         self._snapshot: SnapshotReport | None = None
-        self.health = health
         # The engine's figures of the step in progress, once its hooks are done.
         self._engine_figures: dict[str, float] | None = None
         self._pause: MonitorPause | None = None
@@ -99,15 +114,13 @@ class StepReporting(TrainerCallback):
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self.job.training_began(self.kind)
-        if self.job.tracing is not None:
-            self.job.tracing.record(names.PREFIX + "job.prepare", self.job.started_at, time.time())
+        self.pipeline.begin()
         self._begin_step()
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        now = self.clock()
+        now = self.clock.monotonic()
         self._state = state
         step_seconds = now - self._ready
         model: torch.nn.Module = kwargs["model"]
@@ -145,7 +158,7 @@ class StepReporting(TrainerCallback):
         if "log" not in self._pending or logs is None or "loss" not in logs:
             return
         self._logs |= logs
-        self._hook_done = self.clock()
+        self._hook_done = self.clock.monotonic()
         self._done("log", control)
 
     def on_evaluate(
@@ -173,7 +186,7 @@ class StepReporting(TrainerCallback):
                     {names.STEP: state.global_step},
                 )
             )
-        self._hook_done = self.clock()
+        self._hook_done = self.clock.monotonic()
         self._done("evaluate", control)
 
     def on_save(
@@ -187,7 +200,7 @@ class StepReporting(TrainerCallback):
         report = upload_snapshot(self.job.store, self.job.snapshot_keys(step), step, checkpoint)
         self._snapshot = report
         _remove_older(checkpoint)
-        self._figures["timing/save"] = self.clock() - self._hook_done
+        self._figures["timing/save"] = self.clock.monotonic() - self._hook_done
         attributes: dict[str, str | int] = {names.STEP: step, names.SNAPSHOT: report.name}
         self._children.append(
             RecordedSpan(names.PREFIX + "job.snapshot.save", began, time.time(), attributes)
@@ -243,66 +256,46 @@ class StepReporting(TrainerCallback):
             figures["mfu"] = utilisation
         figures = {k: float(v) for k, v in figures.items() if v is not None}
         self.last = figures
-        self.job.reporter.report_step(
-            StepReport(
-                step=state.global_step,
-                total_steps=self.total_steps,
-                metrics=figures,
+        step = state.global_step
+        ended = time.time()
+        output = self.engine.step_output(step, ended)
+        action = self.pipeline.finish(
+            FinishedStep(
+                step=step,
+                figures=figures,
                 pause=self._pause,
+                span=StepSpan(self._wall_ready, ended, [*output.phases, *self._children]),
+                rollouts=output.rollouts,
+                scoring=output.scoring,
+                snapshot=self._snapshot,  # uploaded in on_save; reported after its step
             )
         )
         self._pause = None
-        if self.job.telemetry is not None:
-            self.job.telemetry.step(self.kind, state.global_step, figures)
-        if self._snapshot is not None:
-            # Uploaded in on_save; reported after the step it belongs to.
-            self.job.reporter.snapshot(self._snapshot)
-            self._snapshot = None
-        if self.job.watchdog is not None:
-            self.job.watchdog.progress()
-        ended = time.time()
-        children = self.spans(state.global_step, ended) if self.spans is not None else []
-        children += self._children
+        self._snapshot = None
         self._children = []
-        if self.job.tracing is not None:
-            self.job.tracing.record(
-                names.PREFIX + "job.step",
-                self._wall_ready,
-                ended,
-                {names.STEP: state.global_step},
-                children=children,
-            )
         self._pending = set()
-        if self._stop_after_save or self.job.reporter.action == "stop":
+        if self._stop_after_save or action == "stop":
             # Told to stop at the last step, the run has finished all the same.
             control.should_training_stop = True
-            self.stopped = state.global_step < self.total_steps
+            self.stopped = step < self.total_steps
         self._begin_step()
 
     def _watch(self) -> None:
         """Gather the engine's figures of the step (once) and let the monitors see them. A
-        monitor that trips turns the job's directive into save-and-stop: the snapshot is taken
-        at this step and the step's report carries the reason."""
+        monitor that trips asks for a save-and-stop: the snapshot is taken at this step (or
+        was, at a ``saveEvery`` step) and the step's report carries the reason."""
         state = self._state
         if self._engine_figures is not None or state is None:
             return
         self._engine_figures = self.engine.step_figures(state.global_step, self._logs, state)
-        if self.health is None:
-            return
-        health, pause = self.health.observe(state.global_step, self._engine_figures)
+        health, self._pause = self.pipeline.check(state.global_step, self._engine_figures)
         self._engine_figures |= health
-        if pause is None:
-            return
-        log.warning("%s", pause.reason)
-        self._pause = pause
-        if self._snapshot is not None:
+        if self._pause is not None and self._snapshot is not None:
             self._stop_after_save = True  # this step's snapshot is taken already
-        elif self.job.reporter.action == "continue":
-            self.job.reporter.action = "save-and-stop"
 
     def _begin_step(self) -> None:
         self.memory.begin()
-        self._ready = self.clock()
+        self._ready = self.clock.monotonic()
         self._wall_ready = time.time()
         self.job.reporter.step_began(self._expected)
 

@@ -30,9 +30,11 @@ it after it sent ``started``, and sends the end report from what it returns or r
    ``device-oom``/``host-oom``; a plan verl refuses, a traceback or a failed snapshot:
    ``training-error``; an exit without a traceback: ``job-crashed``).
 
-With the job's telemetry open, each step is also published there: its figures, the reward
-terms' timings, failures and judge tokens, and the rollout histograms; a stall sets the stalled
-gauge, and each step feeds the job's stall watchdog. `extra_overrides` are verl overrides
+Each reported step goes through the job's step pipeline (`engines.step_pipeline`), as a TRL
+step does: the health monitors, the ``steps`` report, the telemetry (its figures, the reward
+terms' timings, failures and judge tokens, the rollout histograms), its step file and
+``rollouts`` report, the stall watchdog and its span, in that order; a stall of verl's sets the
+stalled gauge. `extra_overrides` are verl overrides
 appended after ours (a deployment's tuning, such as
 ``actor_rollout_ref.rollout.gpu_memory_utilization=0.4``); verl validates them with the rest.
 verl's files stay in the run's directory on the node (`VerlPaths.for_job`, beside the attempts'
@@ -64,9 +66,7 @@ from akka_training.core import blobkeys
 from akka_training.core.exits import memory_exhausted
 from akka_training.core.plans import Monitors
 from akka_training.core.reports import (
-    RolloutsReport,
     SnapshotReport,
-    StepReport,
     TrainingReport,
 )
 from akka_training.core.resolved import JobSpec
@@ -83,6 +83,13 @@ from akka_training.engines.failures import (
     SourceUnavailable,
 )
 from akka_training.engines.reporter import HttpReporter
+from akka_training.engines.step_files import StepFiles
+from akka_training.engines.step_pipeline import (
+    FinishedStep,
+    StepPipeline,
+    StepSpan,
+    nothing_scored,
+)
 from akka_training.engines.verl import data, snapshots
 from akka_training.engines.verl.hooks import SAVE_REQUEST_ENV
 from akka_training.engines.verl.launcher import (
@@ -108,15 +115,14 @@ from akka_training.engines.verl.paths import DirectoryBusy, VerlPaths, lock
 from akka_training.engines.verl.records import setup_error
 from akka_training.engines.verl.reward_config import CONFIG_ENV, bundle_refs, reward_config_for
 from akka_training.engines.verl.rollouts import RolloutJoiner, StepRollouts
-from akka_training.rewards.figures import histogram_values
 from akka_training.rewards.figures import step_figures as rollout_figures
 from akka_training.rewards.health import HealthWatch, correctness_term, remote_terms, rollout_health
 from akka_training.rewards.inputs import RewardSetupError
-from akka_training.rewards.rollouts import step_file_bytes, step_summary
+from akka_training.rewards.rollouts import Rollout
 from akka_training.rewards.scorer import RewardScorer
+from akka_training.rewards.scoring import ScoreStats
 from akka_training.telemetry import catalog as names
-from akka_training.telemetry.job_metrics import JobTelemetry
-from akka_training.telemetry.tracing import RecordedSpan, Tracing
+from akka_training.telemetry.tracing import RecordedSpan
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +163,11 @@ class VerlEngine:
                     spec, paths, job.store, python, job.bundles, list(self.extra_overrides)
                 )
                 data_fit = {"rows": written.rows, "rowsWithoutAnswer": written.without_answer}
-                job.reporter.training(
-                    TrainingReport(total_steps=plan_sizes(spec).total_steps, data_fit=data_fit)
-                )
-                job.training_began("rl")
-                return _train(job, paths, python, overrides, env, schedule)
+                total_steps = plan_sizes(spec).total_steps
+                job.reporter.training(TrainingReport(total_steps=total_steps, data_fit=data_fit))
+                pipeline = _step_pipeline(job, total_steps)
+                pipeline.begin()
+                return _train(job, pipeline, paths, python, overrides, env, schedule)
         except DirectoryBusy as exc:
             raise JobStartFailed(str(exc)) from exc
 
@@ -362,27 +368,41 @@ class _Progress:
         # train, and finishes with that snapshot's weights.
         self.snapshot_weights: str | None = spec.resume.weights if spec.resume else None
         self.adapter_modules: list[str] = []
-        self.pending: dict[int, tuple[VerlStep, float]] = {}  # step -> (metrics, seen at)
+        # step -> (its metrics, when they came: monotonic, and time.time() for its span)
+        self.pending: dict[int, tuple[VerlStep, float, float]] = {}
         self.stopping: str | None = None  # the directive being carried out
-        # The run's health monitors, fed each reported step (`rewards.health`, as under TRL).
-        config = spec.settings.config
-        self.remote_terms = remote_terms(config.reward)
-        self.health = HealthWatch(
+        # The judge and http terms, whose failures and latencies the health figures count.
+        self.remote_terms = remote_terms(spec.settings.config.reward)
+
+
+def _step_pipeline(job: JobContext, total_steps: int) -> StepPipeline:
+    """What each reported step owes, as under TRL: the run's health monitors
+    (`rewards.health`), and each step file stored and reported as the step is."""
+    spec = job.spec
+    config = spec.settings.config
+    return StepPipeline.for_job(
+        job,
+        "rl",
+        total_steps,
+        monitors=HealthWatch(
             spec.run_id,
             config.monitors or Monitors(),
             correctness_term(config.monitors, config.reward),
-        )
+        ),
+        rollouts=StepFiles(job.store, job.reporter, spec.run_id),
+    )
 
 
 def _train(
     job: JobContext,
+    pipeline: StepPipeline,
     paths: VerlPaths,
     python: Path,
     overrides: list[str],
     env: dict[str, str],
     schedule: int,
 ) -> Outcome:
-    spec, blobs, reporter, telemetry = job.spec, job.store, job.reporter, job.telemetry
+    spec, blobs, reporter = job.spec, job.store, job.reporter
     sizes = plan_sizes(spec)
     reward = spec.settings.config.reward
     weights = {t.name: t.weight for t in reward.terms} if reward else {}
@@ -406,17 +426,11 @@ def _train(
                 # 1. take in what verl did
                 if isinstance(event, Steps):
                     for step in event.steps:
-                        progress.pending[step.step] = (step, time.monotonic())
+                        progress.pending[step.step] = (step, time.monotonic(), time.time())
                         progress.step = max(progress.step, step.step)
-                        if job.tracing is not None:
-                            record_step_spans(job.tracing, step.step, step.figures, time.time())
-                    if job.watchdog is not None:
-                        job.watchdog.progress()
-                    if telemetry is not None:
-                        telemetry.stalled(False)
+                    pipeline.telemetry.stalled(False)
                 elif isinstance(event, Stalled):
-                    if telemetry is not None:
-                        telemetry.stalled(True)
+                    pipeline.telemetry.stalled(True)
                     log.warning(
                         "verl completed no step for %.0f s (last step %s)",
                         event.seconds,
@@ -424,10 +438,7 @@ def _train(
                     )
                 final = isinstance(event, Exited)
                 # 2. report steps and rollouts, in order
-                _report_steps(
-                    spec, blobs, reporter, telemetry, joiner, progress, sizes.total_steps,
-                    final=final,
-                )  # fmt: skip
+                _report_steps(spec, pipeline, joiner, progress, final=final)
                 # 3. obey the service before a snapshot's export, which takes a while
                 if not final:
                     _obey(reporter.action, process, env, progress)
@@ -486,29 +497,29 @@ def _terminate_saves(reporter: HttpReporter) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous_alarm)
 
 
-def record_step_spans(tracing: Tracing, step: int, figures: dict[str, float], ended: float) -> None:
+def step_span(step: int, figures: dict[str, float], ended: float) -> StepSpan | None:
     """A verl step's span, with its phases under it, from verl's timings: the step ends when
     its metrics line arrives; generation (verl scores rollouts while it generates) opens it
-    and the policy update closes it."""
+    and the policy update closes it. None when verl did not time the step."""
     seconds = figures.get("timing/step")
     if seconds is None:
-        return
+        return None
     began = ended - seconds
     attrs = {names.STEP: step}
-    children: list[RecordedSpan] = []
+    phases: list[RecordedSpan] = []
     generation = figures.get("timing/generation")
     if generation is not None:
-        children.append(
+        phases.append(
             RecordedSpan(names.PREFIX + "rl.generation", began, began + generation, attrs)
         )
         reward = figures.get("timing/reward")
         if reward is not None:
             start = began + generation
-            children.append(RecordedSpan(names.PREFIX + "rl.reward", start, start + reward, attrs))
+            phases.append(RecordedSpan(names.PREFIX + "rl.reward", start, start + reward, attrs))
     update = figures.get("timing/update")
     if update is not None:
-        children.append(RecordedSpan(names.PREFIX + "rl.update", ended - update, ended, attrs))
-    tracing.record(names.PREFIX + "job.step", began, ended, attrs, children=children)
+        phases.append(RecordedSpan(names.PREFIX + "rl.update", ended - update, ended, attrs))
+    return StepSpan(began, ended, phases)
 
 
 def _obey(action: str, process: VerlProcess, env: dict[str, str], progress: _Progress) -> None:
@@ -523,26 +534,26 @@ def _obey(action: str, process: VerlProcess, env: dict[str, str], progress: _Pro
 
 def _report_steps(
     spec: JobSpec,
-    blobs: BlobStore,
-    reporter: HttpReporter,
-    telemetry: JobTelemetry | None,
+    pipeline: StepPipeline,
     joiner: RolloutJoiner,
     progress: _Progress,
-    total_steps: int,
     *,
     final: bool,
 ) -> None:
-    """Report pending steps in order, each once its rollout dump is complete (or after
-    `DUMP_WAIT_SECONDS`, or when verl has exited, without what is missing)."""
+    """Hand pending steps to the step pipeline in order, each once its rollout dump is
+    complete (or after `DUMP_WAIT_SECONDS`, or when verl has exited, without what is
+    missing)."""
     rl = spec.settings.config.rl_hyperparams
     assert rl is not None
     for number in sorted(progress.pending):
-        verl_step, seen = progress.pending[number]
+        verl_step, seen, arrived = progress.pending[number]
         waited_out = final or time.monotonic() - seen > DUMP_WAIT_SECONDS
         step_rollouts = joiner.take(number, final=waited_out)
         if step_rollouts is None and not waited_out:
             return  # later steps wait for this one
         figures = verl_step.figures
+        rollouts: list[Rollout] = []
+        scoring = nothing_scored()
         if step_rollouts is not None and step_rollouts.rollouts:
             # verl's own figures win where both exist: its completion lengths count the tokens
             # it generated, ours re-tokenize the decoded text.
@@ -559,20 +570,21 @@ def _report_steps(
             figures |= rollout_health(
                 step_rollouts.rollouts, progress.remote_terms, _term_seconds(step_rollouts)
             )
-        health, pause = progress.health.observe(number, figures)
-        figures |= health
-        reporter.report_step(
-            StepReport(step=number, total_steps=total_steps, metrics=figures, pause=pause)
+            rollouts = step_rollouts.rollouts
+            scoring = _scoring(step_rollouts)
+        # A monitor's pause: as under TRL, the run pauses with a snapshot; verl saves at the
+        # end of the step it is in (`_obey`), the first step after this one it has not finished.
+        health, pause = pipeline.check(number, figures)
+        pipeline.finish(
+            FinishedStep(
+                step=number,
+                figures=figures | health,
+                pause=pause,
+                span=step_span(number, verl_step.figures, arrived),
+                rollouts=rollouts,
+                scoring=scoring,
+            )
         )
-        if pause is not None:
-            # As under TRL: the run pauses with a snapshot; verl saves at the end of the step
-            # it is in (`_obey`), the first step after this one it has not finished yet.
-            log.warning("%s", pause.reason)
-            reporter.direct("save-and-stop")
-        if telemetry is not None:
-            _publish(telemetry, number, figures, step_rollouts)
-        if step_rollouts is not None and step_rollouts.rollouts:
-            _report_rollouts(spec, blobs, reporter, joiner, step_rollouts)
         del progress.pending[number]
         progress.reported_step = number
 
@@ -586,53 +598,24 @@ def _term_seconds(rollouts: StepRollouts) -> dict[str, list[float]]:
     return seconds
 
 
-def _publish(
-    telemetry: JobTelemetry, step: int, figures: dict[str, float], rollouts: StepRollouts | None
-) -> None:
-    """A step's figures, and what the reward records say, as the job's metrics."""
-    telemetry.step("rl", step, figures)
-    if rollouts is None or not rollouts.rollouts:
-        return
-    timings: dict[str, list[float]] = defaultdict(list)
+def _scoring(rollouts: StepRollouts) -> ScoreStats:
+    """What scoring a step's rollouts cost, from the reward function's records."""
     failures: Counter[tuple[str, str]] = Counter()
     prompt_tokens: Counter[str] = Counter()
     completion_tokens: Counter[str] = Counter()
     retries: Counter[str] = Counter()
     for record in rollouts.records:
-        for term, seconds in record.term_seconds.items():
-            timings[term].append(seconds)
         failures.update(record.failures.items())
         prompt_tokens.update(record.judge_prompt_tokens)
         completion_tokens.update(record.judge_completion_tokens)
         retries.update(record.retries)
-    telemetry.reward_stats(
-        timings=timings,
-        failures=failures,
-        judge_prompt_tokens=prompt_tokens,
-        judge_completion_tokens=completion_tokens,
-        retries=retries,
-    )
-    telemetry.histograms(histogram_values(rollouts.rollouts))
-
-
-def _report_rollouts(
-    spec: JobSpec,
-    blobs: BlobStore,
-    reporter: HttpReporter,
-    joiner: RolloutJoiner,
-    step: StepRollouts,
-) -> None:
-    key = blobkeys.rollouts_key(spec.run_id, step.step)
-    blobs.put_bytes(key, step_file_bytes(step.rollouts))
-    summary = step_summary(step.rollouts)
-    reporter.rollouts(
-        RolloutsReport(
-            step=step.step,
-            blob=key,
-            count=summary.count,
-            best_score=summary.best,
-            worst_score=summary.worst,
-        )
+    return ScoreStats(
+        seconds=_term_seconds(rollouts),
+        failures=dict(failures),
+        judge_prompt_tokens=dict(prompt_tokens),
+        judge_completion_tokens=dict(completion_tokens),
+        wall_seconds=rollouts.reward_seconds or 0.0,
+        retries=dict(retries),
     )
 
 

@@ -104,6 +104,8 @@ class RecordingService:
     def __init__(self) -> None:
         self.reports: list[tuple[str, dict[str, Any]]] = []
         self.decide: Callable[[str, dict[str, Any]], str] = lambda kind, body: "continue"
+        # Notified with each report taken (`wait_for`).
+        self._taken = threading.Condition()
         service = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -111,9 +113,11 @@ class RecordingService:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 kind = self.path.rsplit("/", 1)[-1]
                 actions = []
-                for one_kind, one in unbatched(kind, body):  # a batch as its reports
-                    service.reports.append((one_kind, one))
-                    actions.append(service.decide(one_kind, one))
+                with service._taken:
+                    for one_kind, one in unbatched(kind, body):  # a batch as its reports
+                        service.reports.append((one_kind, one))
+                        actions.append(service.decide(one_kind, one))
+                    service._taken.notify_all()
                 answer = json.dumps({"action": strongest(actions)}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -133,6 +137,12 @@ class RecordingService:
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [b for k, b in self.reports if k == kind]
+
+    def wait_for(self, kind: str, timeout: float) -> list[dict[str, Any]]:
+        """The reports of `kind` once there is one (none after `timeout` seconds)."""
+        with self._taken:
+            self._taken.wait_for(lambda: any(k == kind for k, _ in self.reports), timeout)
+            return self.of(kind)
 
     def close(self) -> None:
         self._server.shutdown()

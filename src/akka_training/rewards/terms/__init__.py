@@ -3,13 +3,15 @@
 `build_graders` turns ``config.reward.terms`` into graders, refusing (`RewardSetupError`) what
 cannot run: duplicate names, a regex that does not compile, a rule that cannot be imported, a
 judge's missing API-key variable. To add a kind: a plan model in `core.plans`, a grader module
-here implementing `base.SyncGrader` or `base.AsyncGrader`, and a line in `GRADERS`.
+here implementing `base.SyncGrader` or `base.AsyncGrader` (a remote one takes the scorer's
+``clock`` in `_build`), and a line in `GRADERS`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.core.plans import (
     HttpTerm,
     JudgeTerm,
@@ -51,9 +53,13 @@ TermSpec = MatchTerm | RegexTerm | LengthTerm | RuleTerm | JudgeTerm | HttpTerm
 
 
 def build_graders(
-    terms: Sequence[TermSpec], *, bundle_resolver: BundleResolver | None = None
+    terms: Sequence[TermSpec],
+    *,
+    bundle_resolver: BundleResolver | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> list[Grader]:
-    """One grader per term, in the plan's order; the caller closes them."""
+    """One grader per term, in the plan's order; the caller closes them. `clock`: the time the
+    remote terms' budgets count."""
     names = [t.name for t in terms]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -64,7 +70,7 @@ def build_graders(
     graders: list[Grader] = []
     try:
         for term in terms:
-            graders.append(_build(term, bundle_resolver))
+            graders.append(_build(term, bundle_resolver, clock))
     except BaseException:
         for grader in graders:
             grader.close()
@@ -72,7 +78,7 @@ def build_graders(
     return graders
 
 
-def _build(term: TermSpec, bundle_resolver: BundleResolver | None) -> Grader:
+def _build(term: TermSpec, bundle_resolver: BundleResolver | None, clock: Clock) -> Grader:
     if isinstance(term, RuleTerm):
         if bundle_resolver is None:
             raise RewardSetupError(
@@ -80,4 +86,8 @@ def _build(term: TermSpec, bundle_resolver: BundleResolver | None) -> Grader:
                 "bundle resolver"
             )
         return RuleGrader(term, bundle_resolver=bundle_resolver)
+    if isinstance(term, JudgeTerm):
+        return JudgeGrader(term, clock=clock)
+    if isinstance(term, HttpTerm):
+        return HttpGrader(term, clock=clock)
     return GRADERS[term.kind](term)

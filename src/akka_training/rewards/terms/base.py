@@ -19,6 +19,7 @@ import abc
 
 import httpx
 
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.rewards.inputs import RolloutInput, TermOutcome
 
 
@@ -50,6 +51,11 @@ class SyncGrader(Grader):
 class AsyncGrader(Grader):
     # The longest one call may take; the grader itself enforces it.
     timeout_seconds: float
+
+    def __init__(self, name: str, weight: float, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        """`clock`: the time its budget and its waits between tries count."""
+        super().__init__(name, weight)
+        self.clock = clock
 
     @abc.abstractmethod
     async def evaluate(self, rollout: RolloutInput, client: httpx.AsyncClient) -> TermOutcome:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import httpx
 
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.core.plans import HttpTerm
 from akka_training.rewards.inputs import FailureCause, RolloutInput, TermFailed, TermOutcome
 from akka_training.rewards.terms.base import AsyncGrader
@@ -20,8 +21,8 @@ from akka_training.rewards.terms.remote import post_json, unit_score
 class HttpGrader(AsyncGrader):
     kind = "http"
 
-    def __init__(self, spec: HttpTerm) -> None:
-        super().__init__(spec.name, spec.weight)
+    def __init__(self, spec: HttpTerm, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(spec.name, spec.weight, clock=clock)
         self.url = spec.url
         self.headers = dict(spec.headers)
         self.timeout_seconds = spec.timeout_seconds
@@ -33,7 +34,12 @@ class HttpGrader(AsyncGrader):
             "expected": rollout.expected,
         }
         answer = await post_json(
-            client, self.url, payload, headers=self.headers, timeout_seconds=self.timeout_seconds
+            client,
+            self.url,
+            payload,
+            headers=self.headers,
+            timeout_seconds=self.timeout_seconds,
+            clock=self.clock,
         )
         reply, retries = answer.body, answer.retries
         if not isinstance(reply, dict):

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.core.plans import JudgeTerm
 from akka_training.rewards.inputs import (
     FailureCause,
@@ -38,8 +39,8 @@ VERDICT_REQUEST = (
 class JudgeGrader(AsyncGrader):
     kind = "judge"
 
-    def __init__(self, spec: JudgeTerm) -> None:
-        super().__init__(spec.name, spec.weight)
+    def __init__(self, spec: JudgeTerm, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(spec.name, spec.weight, clock=clock)
         self.url = spec.endpoint.rstrip("/") + "/chat/completions"
         self.model = spec.model
         self.instructions = spec.instructions
@@ -67,7 +68,12 @@ class JudgeGrader(AsyncGrader):
             "temperature": 0,
         }
         answer = await post_json(
-            client, self.url, payload, headers=self.headers, timeout_seconds=self.timeout_seconds
+            client,
+            self.url,
+            payload,
+            headers=self.headers,
+            timeout_seconds=self.timeout_seconds,
+            clock=self.clock,
         )
         reply = answer.body
         prompt_tokens, completion_tokens = _usage(reply)

@@ -17,11 +17,9 @@ one rollout: every try and every wait between tries fit in it.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 import re
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -29,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.rewards.inputs import FailureCause, TermFailed
 
 _BODY_PREVIEW_CHARS = 200
@@ -69,31 +68,37 @@ async def post_json(
     *,
     headers: dict[str, str],
     timeout_seconds: float,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RemoteAnswer:
     """POST `payload` to `url` and return its decoded JSON answer, trying again after a 429 or
-    5xx while `timeout_seconds` (the whole budget) allows, or raise `TermFailed`.
+    5xx while `timeout_seconds` (the whole budget, in `clock`'s seconds) allows, or raise
+    `TermFailed`.
 
     The loop is our own rather than a retry library's: the same code runs in verl's workers,
     whose environment holds none, and the budget (each try's time limit is what is left of
     it, and no wait outlasts it) is the whole of the policy."""
-    deadline = time.monotonic() + timeout_seconds
+    deadline = clock.monotonic() + timeout_seconds
     retries = 0
+    last = False  # the wait before this try left it no more than its least time
     while True:
         try:
             response = await _post_once(
-                client, url, payload, headers, deadline - time.monotonic(), timeout_seconds
+                client, url, payload, headers, deadline - clock.monotonic(), timeout_seconds, clock
             )
             break
         except _Transient as exc:
-            wait = next_wait(retries, exc.retry_after, deadline - time.monotonic())
+            remaining = deadline - clock.monotonic()
+            wait = None if last else next_wait(retries, exc.retry_after, remaining)
             if wait is None:
-                remaining = deadline - time.monotonic()
                 raise _given_up(exc, retries, timeout_seconds, remaining) from None
+            # Decided here, not from the time left after the wait: a try that takes no time
+            # would otherwise find a hair more than its least time left, again and again.
+            last = wait >= remaining - _LEAST_TRY_SECONDS
         except TermFailed as failure:
             failure.retries = retries
             raise
         retries += 1
-        await asyncio.sleep(wait)
+        await clock.asleep(wait)
     try:
         return RemoteAnswer(response.json(), retries)
     except ValueError:
@@ -140,15 +145,17 @@ async def _post_once(
     headers: dict[str, str],
     timeout_seconds: float,
     budget: float,
+    clock: Clock,
 ) -> httpx.Response:
-    """One try within `timeout_seconds` (what is left of the term's `budget`): a 2xx answer,
-    or `_Transient` (429, 5xx), or `TermFailed`."""
+    """One try within `timeout_seconds` (what is left of the term's `budget`) of `clock`: a
+    2xx answer, or `_Transient` (429, 5xx), or `TermFailed`."""
     try:
-        # httpx's timeout bounds each phase; asyncio's bounds the whole exchange, so a server
-        # that trickles its answer cannot hold the call past the limit either.
-        async with asyncio.timeout(max(timeout_seconds, 0.0)):
+        # The clock's timeout bounds the whole exchange, so a server that trickles its answer
+        # cannot hold the call past what is left of the budget; httpx's bounds each phase by
+        # the whole budget (a connection that hangs, should the clock be one a test holds).
+        async with clock.timeout(max(timeout_seconds, 0.0)):
             response = await client.post(
-                url, json=payload, headers=headers, timeout=httpx.Timeout(timeout_seconds)
+                url, json=payload, headers=headers, timeout=httpx.Timeout(budget)
             )
     except (TimeoutError, httpx.TimeoutException):
         raise TermFailed(
