@@ -114,7 +114,8 @@ class BaseClient:
             timeout=timeout,
             idempotent=idempotent,
         )
-        return adapter(answer).validate_python(data)
+        value: T = adapter(answer).validate_python(data)
+        return value
 
     def _exchange(
         self,

@@ -30,7 +30,8 @@ from typing import Any
 
 from datasets import Dataset
 from transformers import TrainerCallback, TrainerState
-from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.grpo_config import GRPOConfig
+from trl.trainer.grpo_trainer import GRPOTrainer
 
 from akka_training.core.defaults import CLIP_BY_METHOD
 from akka_training.core.plans import Monitors, Reward, RlHyperparams

@@ -15,7 +15,8 @@ from typing import Any
 
 from datasets import Dataset
 from transformers import TrainerCallback, TrainerState
-from trl import SFTConfig, SFTTrainer
+from trl.trainer.sft_config import SFTConfig
+from trl.trainer.sft_trainer import SFTTrainer
 
 from akka_training.core.plans import SftHyperparams
 from akka_training.core.reports import TrainingReport

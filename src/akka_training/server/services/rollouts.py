@@ -83,7 +83,7 @@ def _ranges(steps: list[int]) -> str:
         return "none"
     out = []
     start = prev = steps[0]
-    for s in [*steps[1:], None]:  # type: ignore[list-item]
+    for s in [*steps[1:], None]:
         if s is not None and s == prev + 1:
             prev = s
             continue
