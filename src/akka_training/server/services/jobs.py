@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from akka_training.api.jobs import REPORTS
+from akka_training.api.jobs import REPORTS, Directive
 from akka_training.core.errors import Conflict, Forbidden, InvalidRequest, PlanRefused, Problem
 from akka_training.core.failures import FailureReason
 from akka_training.core.monitors import WATCHED
@@ -42,7 +42,7 @@ def handle(
     attempt_no: int,
     kind: str,
     body: dict[str, Any],
-) -> dict[str, str]:
+) -> Directive:
     if principal.kind != "job" or principal.run_id != run_id or principal.attempt != attempt_no:
         raise Forbidden("This token reports for another run or attempt.")
     model = REPORTS.get(kind)
@@ -70,7 +70,7 @@ def handle(
         # The attempt has ended: its token reports nothing more (a retry of this same report
         # is answered as for an attempt that is no longer current).
         revoke_attempt_tokens(session, run_id, attempt_no, now)
-    return {"action": directive(run)}
+    return Directive(action=directive(run))
 
 
 def _unbatched(batch: BatchReport) -> list[tuple[str, Any]]:
