@@ -33,6 +33,7 @@ from akka_training.core.catalog import CatalogModel
 from akka_training.core.downloads import download_directory
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound
 from akka_training.core.failures import FailureReason, failure_text
+from akka_training.core.figures import Figures
 from akka_training.core.model_cards import CardFacts, lineage_text, model_card, public_names
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.resolved import BaseModelPin
@@ -386,11 +387,10 @@ def _figures(
 ) -> tuple[float | None, float | None]:
     """The loss (sft) and reward (grpo, gspo) the weights were saved at."""
     if snapshot is None:
-        summary = run.summary or {}
-        return summary.get("loss"), summary.get("reward")
+        return run.summary.loss, run.summary.reward
     row = session.get(Step, (run.id, step))
-    metrics = row.metrics if row is not None else {}
-    return metrics.get("loss"), metrics.get("reward/mean")
+    figures = Figures.of(row.metrics if row is not None else {})
+    return figures.loss, figures.reward_mean
 
 
 def _lineage(run: Run) -> str:

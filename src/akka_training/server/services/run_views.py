@@ -75,13 +75,13 @@ def run_summary(run: Run) -> RunSummary:
 def run_record(session: Session, ctx: AppContext, run: Run, existing: bool = False) -> RunRecord:
     """The run as `runs get` shows it; `existing`: the answer to a resubmission."""
     now = datetime.now(UTC)
-    summary = run.summary or {}
+    figures = run.summary
     return RunRecord(
         **dict(run_summary(run)),
         results=Results(
             model=run.adapter,
-            training_loss=summary.get("loss"),
-            reward=summary.get("reward"),
+            training_loss=figures.loss,
+            reward=figures.reward,
             adapter_modules=run.adapter_modules,
         ),
         data_fit=_data_fit(run),
@@ -100,13 +100,11 @@ def run_record(session: Session, ctx: AppContext, run: Run, existing: bool = Fal
 def _health(run: Run) -> Health | None:
     """The latest step's monitor figures against their thresholds, and the pause a monitor
     caused (while the run is paused by it, and after, as the last one)."""
-    summary = run.summary or {}
-    latest = summary.get("health")
-    pause = summary.get("monitorPause")
+    latest, pause = run.summary.health, run.summary.monitor_pause
     if latest is None and pause is None:
         return None
     monitors = _monitors(run.settings)
-    figures = dict((latest or {}).get("figures") or {})
+    figures = dict(latest.figures) if latest is not None else {}
     rows = [
         HealthMonitor(
             monitor=v.spec.name,
@@ -120,10 +118,21 @@ def _health(run: Run) -> Health | None:
         for v in verdicts(figures, monitors)
     ]
     return Health(
-        step=(latest or {}).get("step"),
+        step=latest.step if latest is not None else None,
         monitors=rows,
         figures=figures,
-        pause=MonitorPause.model_validate(pause) if pause is not None else None,
+        pause=(
+            MonitorPause(
+                monitor=pause.monitor,
+                figure=pause.figure,
+                value=pause.value,
+                threshold=pause.threshold,
+                step=pause.step,
+                reason=pause.reason,
+            )
+            if pause is not None
+            else None
+        ),
     )
 
 
@@ -150,7 +159,7 @@ def _data_fit(run: Run) -> DataFit | None:
     if run.data_fit is None:
         return None
     fit = DataFit.model_validate(run.data_fit)
-    padding = (run.summary or {}).get("paddingShare")
+    padding = run.summary.padding_share
     return fit if padding is None else fit.model_copy(update={"padding_share": padding})
 
 
@@ -173,8 +182,8 @@ def _cost(session: Session, run: Run, now: datetime) -> Cost:
         gpu_seconds=round(gpu_seconds, 1),
         duration_seconds=round((end - run.created_at).total_seconds(), 1),
         phase_seconds=phase_seconds,
-        tokens_per_second=(run.summary or {}).get("tokensPerSecond"),
-        mfu=(run.summary or {}).get("mfu"),
+        tokens_per_second=run.summary.tokens_per_second,
+        mfu=run.summary.mfu,
     )
 
 

@@ -39,6 +39,7 @@ from akka_training.core.errors import (
     PlanRefused,
     ServiceUnavailable,
 )
+from akka_training.core.figures import Figures
 from akka_training.core.parsing import parse_plan
 from akka_training.core.phases import TERMINAL, Phase, RuleName
 from akka_training.core.plans import RL_METHODS, RunPlan
@@ -403,20 +404,14 @@ def _progress_line(session: Session, run: Run) -> RunProgressLine:
     ).all()
     if not rows:
         return line
-    latest = rows[0].metrics
+    figures = [Figures.of(r.metrics) for r in rows]
+    latest = figures[0]
     if run.method == "sft":
-        if isinstance(latest.get("loss"), int | float):
-            line.loss = float(latest["loss"])
+        line.loss = latest.loss
     else:
-        if isinstance(latest.get("reward/mean"), int | float):
-            line.reward = float(latest["reward/mean"])
-        line.terms = {
-            key[len("terms/") : -len("/share_mean")]: float(value)
-            for key, value in latest.items()
-            if key.startswith("terms/") and key.endswith("/share_mean")
-        }
-    seconds = [r.metrics.get("timing/step") for r in rows]
-    timed = [float(x) for x in seconds if isinstance(x, int | float)]
+        line.reward = latest.reward_mean
+        line.terms = latest.term_shares()
+    timed = [f.step_seconds for f in figures if f.step_seconds is not None]
     if timed and run.total_steps and run.observed_step is not None:
         left = max(0, run.total_steps - run.observed_step)
         line.eta_seconds = left * sum(timed) / len(timed)
