@@ -1,5 +1,5 @@
 """The API's bodies: JSON keys as the service sends them, dumps equal to what was read, unknown
-fields kept in answers and refused in requests, timestamps unchanged."""
+keys refused by the models and kept by the client's reading, timestamps unchanged."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from akka_training.api.pipelines import StageCheck
 from akka_training.api.rollouts import StepRollouts
 from akka_training.api.runs import DeriveRequest, MemorySplit, RunRecord, RunSummary, TreeNode
 from akka_training.api.system import TokenRequest
+from akka_training.client.base import read_as
 from akka_training.core.errors import NotFound, PlanRefused, Problem
 from akka_training.core.plans import Execution, RunConfig
 from akka_training.core.resolved import BaseModelPin, DatasetPin, Settings
@@ -114,11 +115,28 @@ def test_timestamps_read_and_dump_to_the_same_text() -> None:
     assert run.started_at.tzinfo is None  # SQLite hands back naive times: kept as they came
 
 
-def test_an_answer_keeps_fields_this_version_does_not_know() -> None:
+def test_an_answer_refuses_a_key_it_does_not_declare() -> None:
+    # What the service builds and FastAPI checks on the way out: an undeclared key fails there.
     body = {**SUMMARY, "priority": "high", "progress": {**SUMMARY["progress"], "eta": 12.5}}
-    run = RunSummary.model_validate(body)
+    with pytest.raises(ValidationError) as refused:
+        RunSummary.model_validate(body)
+    assert {(e["loc"], e["type"]) for e in refused.value.errors()} == {
+        (("priority",), "extra_forbidden"),
+        (("progress", "eta"), "extra_forbidden"),
+    }
+    with pytest.raises(ValidationError):
+        Directive(action="continue", later=True)
+
+
+def test_the_client_reads_an_answer_with_keys_this_version_does_not_know() -> None:
+    # A newer service may send more: the client keeps the keys and dumps them back out.
+    body = {**SUMMARY, "priority": "high", "progress": {**SUMMARY["progress"], "eta": 12.5}}
+    run = RunSummary.read(body)
     assert run.to_json() == body
     assert run.model_extra == {"priority": "high"}
+    assert run.progress.model_extra == {"eta": 12.5}
+    [listed] = read_as(list[RunSummary], [body])
+    assert listed.to_json() == body
 
 
 def test_a_request_refuses_an_unknown_field_by_name() -> None:

@@ -96,8 +96,8 @@ def test_the_service_streams_a_file_a_chunk_at_a_time(trainer: InProcessTrainer)
     assert size == len(weights)
     assert [len(c) for c in chunks] == [MIB, MIB, MIB, 4]
     manifest = adapters.manifest(trainer.ctx, ADMIN, run_id, None, "adapter")
-    listed = next(f for f in manifest["files"] if f["path"] == "adapter_model.safetensors")
-    assert listed == {
+    listed = next(f for f in manifest.files if f.path == "adapter_model.safetensors")
+    assert listed.to_json() == {
         "path": "adapter_model.safetensors",
         "bytes": len(weights),
         "sha256": hashlib.sha256(weights).hexdigest(),

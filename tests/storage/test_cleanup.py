@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from akka_training.blobstore import BlobStore, open_blob_store
+from akka_training.blobstore import BlobStore, BlobWriter, open_blob_store
 from akka_training.core.storage import S3Options
 from akka_training.deployment.cleanup import clean_crash_leftovers
 from akka_training.storage.db import Database
@@ -19,7 +19,9 @@ from tests.s3_server import ACCESS_KEY, REGION, SECRET_KEY, Bucket
 HOUR = 3600.0
 
 
-def leave_a_crash(blobs: BlobStore, db: Database) -> None:
+def leave_a_crash(blobs: BlobStore, db: Database) -> BlobWriter:
+    """What a crashed service leaves; the writer it never finished is returned, for the test to
+    let go of its file once cleanup is done (the crashed process's was closed by its end)."""
     with db.session() as session:
         add_run(session, "r1")
         session.flush()
@@ -33,10 +35,11 @@ def leave_a_crash(blobs: BlobStore, db: Database) -> None:
     half = blobs.writer("datasets/uploads/interrupted.jsonl")
     half.write(b"x" * (6 * 2**20))  # a part of a multipart upload, on S3; a .part file locally
     # The crash: the writer is never committed nor aborted.
+    return half
 
 
 def check_cleanup(blobs: BlobStore, db: Database, young_partials: int = 0) -> None:
-    leave_a_crash(blobs, db)
+    half = leave_a_crash(blobs, db)
     before = blobs.list("")
     # Within the grace period nothing goes: a live job may still be reporting that snapshot.
     young = clean_crash_leftovers(blobs, db, HOUR)
@@ -55,6 +58,7 @@ def check_cleanup(blobs: BlobStore, db: Database, young_partials: int = 0) -> No
         "runs/r1/snapshots/step-4/training-state/state.pt",
         "runs/r1/snapshots/step-4/weights/adapter_model.safetensors",
     ]
+    half.abort()  # its partial write is gone already: this only closes the file
 
 
 def test_start_up_cleans_a_local_store(tmp_path: Path, database: Database) -> None:
@@ -90,9 +94,10 @@ def test_cleanup_leaves_no_empty_folders_in_a_local_store(
     tmp_path: Path, database: Database
 ) -> None:
     blobs = open_blob_store(f"file://{tmp_path / 'blobs'}")
-    leave_a_crash(blobs, database)
+    half = leave_a_crash(blobs, database)
     later = datetime.now(UTC) + timedelta(seconds=2 * HOUR)
     clean_crash_leftovers(blobs, database, HOUR, now=later)
+    half.abort()  # its partial write is gone already: this only closes the file
     root = tmp_path / "blobs"
     assert not (root / "runs" / "r1" / "snapshots" / "step-8").exists()
     assert not (root / "datasets" / "uploads").exists()

@@ -13,8 +13,9 @@ One module per noun, named as the noun is named in every other layer (`server/ro
 - `grafana`: dashboard links and the key set Grafana verifies them with.
 - `jobs`: what a training job reports (the models of `core.reports`) and the answer it gets.
 
-Responses keep fields this version does not know (an older client reading a newer service
-still works, and dumps them back out); requests refuse unknown fields by name. The package
+Every model refuses keys it does not declare, so the service cannot send an undeclared key;
+the client reads answers leniently (`client.base.read_as`), keeping a key a newer service added and
+dumping it back out (`base.ResponseBody` says why). Requests refuse unknown fields by name. The package
 imports pydantic and `akka_training.core` only, so the client can use it without the service.
 
 A noun's module is also imported when first reached as an attribute of the package

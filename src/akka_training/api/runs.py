@@ -129,6 +129,7 @@ class DataFit(ResponseBody):
     """How the dataset fit `maxSeqLength`, as the job counted it."""
 
     rows: int | None = optional_key()
+    rows_without_answer: int | None = optional_key("verl: rows with no reference answer.")
     rows_truncated: int | None = optional_key("Rows longer than the limit (dropped ones too).")
     answers_truncated: int | None = optional_key("Kept rows that lost part of their answer.")
     rows_dropped: int | None = optional_key()
@@ -267,13 +268,18 @@ class StepFigures(ResponseBody):
     """One step's figures: `step`, `attempt` and `at`, then each figure under its own name
     (``loss``, ``reward/mean``, ``memory/reserved``, ...), kept as extra fields."""
 
+    # The figures' names are open (``terms/<term>/...``, ``rewards/<function>/...``): they are
+    # this model's extra keys, the one answer that takes keys it does not declare.
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, float] = Field(init=False)
+
     step: int
     attempt: int
     at: Timestamp
 
     @property
     def figures(self) -> dict[str, float]:
-        return dict(self.model_extra or {})
+        return dict(self.__pydantic_extra__ or {})
 
 
 class Metrics(ResponseBody):

@@ -210,7 +210,7 @@ class S3BlobStore(BlobStore):
             if self._missing(exc.__cause__ or exc):
                 raise FileNotFoundError(key) from None
             raise
-        return io.BufferedReader(_Body(answer["Body"]), buffer_size=1 << 20)  # type: ignore[return-value]
+        return io.BufferedReader(_Body(answer["Body"]), buffer_size=1 << 20)
 
     def _head(self, key: str) -> dict[str, Any] | None:
         answer: dict[str, Any] | None = None

@@ -71,7 +71,8 @@ def completion(
     zsh: `source <(akka completion zsh)` after compinit; fish: `akka completion fish | source`."""
     if shell not in SHELLS:
         raise UsageProblem(f"completion takes bash, zsh or fish, not {shell!r}.")
-    from typer.completion import get_completion_script
+    # Imported from where typer defines it: `typer.completion` uses it without exporting it.
+    from typer._completion_shared import get_completion_script
 
     print(get_completion_script(prog_name="akka", complete_var=COMPLETE_VAR, shell=shell))
 
@@ -138,7 +139,7 @@ def main(argv: list[str]) -> int:
         command = typer.main.get_group(app)
         if os.environ.get(COMPLETE_VAR):
             # A shell asks for completions (the script of `akka completion SHELL` does).
-            from typer.completion import completion_init
+            from typer._completion_classes import completion_init
 
             completion_init()
         elif not args or args in (["--help"], ["-h"]):

@@ -46,10 +46,7 @@ class DatasetsApi(BaseClient):
                 return self.register_dataset(
                     name, f, alias=alias, size=os.fstat(f.fileno()).st_size, progress=progress
                 )
-        if hasattr(source, "read"):
-            chunks = _read_chunks(cast(BinaryIO, source))
-        else:
-            chunks = iter(cast(Iterable[bytes], source))
+        chunks = _read_chunks(cast(BinaryIO, source)) if hasattr(source, "read") else iter(source)
         if progress is not None:
             chunks = _reporting(chunks, progress)
         headers = {"Content-Type": "application/x-ndjson"}

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from akka_training import api
-from akka_training.client.base import BaseClient, adapter, plan_document
+from akka_training.client.base import BaseClient, plan_document, read_as
 
 if TYPE_CHECKING:
     # The models are named api.<noun>.<Model>: `akka_training.api` imports a noun's module
@@ -77,8 +77,7 @@ class PipelinesApi(BaseClient):
         self, ref: str, timeout: float | None = None
     ) -> Iterator[api.pipelines.PipelineProgressLine | api.pipelines.PipelineEndLine]:
         """The pipeline each time a stage changes; the last line is a `PipelineEndLine`."""
-        lines = adapter(api.pipelines.PipelineWaitLine)
         params = {"timeout": timeout}
         for item in self.stream_lines(f"/v1/pipelines/{ref}/wait", params, timeout=None):
             if item.get("type") in _PIPELINE_LINES:
-                yield lines.validate_python(item)
+                yield read_as(api.pipelines.PipelineWaitLine, item)

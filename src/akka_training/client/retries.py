@@ -51,7 +51,7 @@ class RetryPolicy:
             return None
         if response is not None and response.status_code not in _GATEWAY:
             return None
-        backoff = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
+        backoff = min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1))
         return backoff * random.uniform(0.5, 1.0)
 
 

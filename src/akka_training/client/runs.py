@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from akka_training import api
-from akka_training.client.base import BaseClient, adapter, plan_document
+from akka_training.client.base import BaseClient, plan_document, read_as
 
 if TYPE_CHECKING:
     # The models are named api.<noun>.<Model>: `akka_training.api` imports a noun's module
@@ -193,10 +193,9 @@ class RunsApi(BaseClient):
         with the full record, once the run ends (or pauses, with ``until="rest"``) or at
         `timeout` seconds."""
         params = {"timeout": timeout, "until": until}
-        lines = adapter(api.runs.RunWaitLine)
         for item in self.stream_lines(f"/v1/runs/{run_ref}/wait", params, timeout=None):
             if item.get("type") in _RUN_LINES:
-                yield lines.validate_python(item)
+                yield read_as(api.runs.RunWaitLine, item)
 
     def _derive(
         self,

@@ -80,7 +80,7 @@ def retry_delay(crashes: int, limits: Limits) -> float | None:
     """The back-off before the launch of the attempt after `crashes` deaths in a row."""
     if crashes <= 0:
         return None
-    return limits.retry_base_seconds * 2 ** (crashes - 1)
+    return limits.retry_base_seconds * 2.0 ** (crashes - 1)
 
 
 def stalled(view: RunView, now: datetime, limits: Limits) -> bool | None:

@@ -137,11 +137,28 @@ class HeartbeatReport(PlanModel):
     stall_dump: str | None = None
 
 
+def _figure() -> Any:
+    """A figure sent only when the job has it: None in Python, absent in JSON."""
+    return Field(None, exclude_if=lambda value: value is None)
+
+
+class JobSummary(PlanModel):
+    """The closing figures a job reports with its end; they replace the latest step's on the
+    run (`core.run_figures.RunFigures.with_end`). A figure the job does not have is left out."""
+
+    loss: float | None = _figure()  # the last logged training loss (sft)
+    reward: float | None = _figure()  # the last step's mean reward (grpo, gspo)
+    # Tool calls over the whole run, by tool: made, failed, timed out (runs with tools).
+    tool_calls: dict[str, int] | None = _figure()
+    tool_failures: dict[str, int] | None = _figure()
+    tool_timeouts: dict[str, int] | None = _figure()
+
+
 class FinishedReport(PlanModel):
     adapter: str
     step: int = Field(ge=0)
     adapter_modules: list[str] = Field(default_factory=list)
-    summary: dict[str, Any] = Field(default_factory=dict)
+    summary: JobSummary = Field(default_factory=JobSummary)
 
 
 class StoppedReport(PlanModel):

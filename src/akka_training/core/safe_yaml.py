@@ -67,7 +67,8 @@ def load_document(
         loader.dispose()
 
 
-class _Loader(yaml.SafeLoader):
+# PyYAML ships no types (and types-PyYAML is not a dependency), so its loader is Any to mypy.
+class _Loader(yaml.SafeLoader):  # type: ignore[misc]
     """PyYAML's safe loader with a nesting limit while composing and no duplicate keys."""
 
     def __init__(self, text: str, where: str) -> None:
@@ -77,13 +78,13 @@ class _Loader(yaml.SafeLoader):
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if self.check_event(yaml.AliasEvent):
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         self.depth += 1
         if self.depth > MAX_DOCUMENT_DEPTH:
             mark = self.peek_event().start_mark
             raise _too_deep(self.where, mark.line + 1)
         try:
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self.depth -= 1
 

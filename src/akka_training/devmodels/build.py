@@ -143,9 +143,10 @@ def _quiet_progress() -> Iterator[None]:
 
 def _read_marker(directory: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((directory / MARKER).read_text())
+        marker: dict[str, Any] = json.loads((directory / MARKER).read_text())
     except (OSError, ValueError):
         return None
+    return marker
 
 
 # A randomly initialised output projection gives a nearly uniform next-token distribution, and a

@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from akka_training.blobstore import BlobStore
 from akka_training.core import blobkeys
+from akka_training.core.reports import JobSummary
 from akka_training.core.resolved import JobSpec
 from akka_training.engines.bundles import BundleResolver
 from akka_training.engines.reporter import HttpReporter
@@ -74,4 +74,4 @@ class Outcome:
     adapter_dir: Path | None = None
     adapter_key: str | None = None
     adapter_modules: list[str] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: JobSummary = field(default_factory=JobSummary)

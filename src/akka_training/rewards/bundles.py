@@ -150,7 +150,7 @@ def load_function(bundle_dir: Path, target: str) -> Callable[..., Any]:
         except ModuleNotFoundError as exc:
             message = _missing_module_message(exc, namespace, module_path, bundle_dir)
             raise BundleRefused(message) from exc
-    function = getattr(module, function_name, None)
+    function: object = getattr(module, function_name, None)
     if not callable(function):
         raise BundleRefused(
             f"the bundle's module {module_path!r} has no function {function_name!r}; define it "

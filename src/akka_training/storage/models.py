@@ -21,6 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from akka_training.core.run_figures import RunFigures
 from akka_training.core.states import AttemptState, ClaimState, TaskState
 
 
@@ -45,6 +46,20 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class RunFiguresJSON(TypeDecorator[RunFigures]):
+    """`runs.summary`: a `RunFigures` stored as its JSON (the keys rows have always held); a
+    row without one reads as an empty one."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: RunFigures | None, dialect: Any) -> Any:
+        return None if value is None else value.to_json()
+
+    def process_result_value(self, value: Any, dialect: Any) -> RunFigures:
+        return RunFigures.model_validate(value or {})
 
 
 class Base(DeclarativeBase):
@@ -184,7 +199,9 @@ class Run(Base):
     data_fit: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     adapter_modules: Mapped[list[Any] | None] = mapped_column(JSON)
     adapter: Mapped[str | None] = mapped_column(String(512))
-    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The run's figures (`core.run_figures`): frozen, so a change is a new value assigned here,
+    # which is what the column notices.
+    summary: Mapped[RunFigures] = mapped_column(RunFiguresJSON, nullable=True, default=RunFigures)
     memory: Mapped[dict[str, Any] | None] = mapped_column(
         JSON
     )  # split of the step that reserved most

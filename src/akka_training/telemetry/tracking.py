@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from akka_training.core.model_cards import CardFacts, lineage_text, model_card
+from akka_training.core.reports import JobSummary
 from akka_training.core.resolved import JobSpec
 
 log = logging.getLogger(__name__)
@@ -229,9 +230,7 @@ def _log_batch(
             client.log_batch(run_id, **{kind: items[start : start + _BATCH]})
 
 
-def card_facts(
-    spec: JobSpec, step: int, modules: list[str], summary: Mapping[str, Any]
-) -> CardFacts:
+def card_facts(spec: JobSpec, step: int, modules: list[str], summary: JobSummary) -> CardFacts:
     """The model card's facts, as the job knows them (the service's card, from the run's
     rows, says the same where both know it)."""
     settings = spec.settings
@@ -251,8 +250,8 @@ def card_facts(
         dataset=settings.dataset.model_dump(mode="json", by_alias=True),
         step=step,
         snapshot=None,
-        loss=summary.get("loss"),
-        reward=summary.get("reward"),
+        loss=summary.loss,
+        reward=summary.reward,
         lineage=lineage_text(
             source.kind if source else None,
             source.run if source else None,

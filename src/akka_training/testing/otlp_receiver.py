@@ -194,13 +194,15 @@ class OtlpReceiver:
             records = list(_metric_records(metrics_request))
             with self._lock:
                 self._metrics.extend(records)
-            return ExportMetricsServiceResponse().SerializeToString()
+            answer: bytes = ExportMetricsServiceResponse().SerializeToString()
+            return answer
         if path == "/v1/traces":
             trace_request = ExportTraceServiceRequest.FromString(body)
             spans = list(_span_records(trace_request))
             with self._lock:
                 self._spans.extend(spans)
-            return ExportTraceServiceResponse().SerializeToString()
+            answer = ExportTraceServiceResponse().SerializeToString()
+            return answer
         return None
 
 

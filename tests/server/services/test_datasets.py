@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from akka_training.api.datasets import Registered
 from akka_training.blobstore import LocalBlobStore
 from akka_training.config.settings import Settings
 from akka_training.core.errors import Forbidden, InvalidRequest, NotFound
@@ -32,7 +33,7 @@ async def body(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-def register(ctx: Any, name: str, data: bytes, alias: str | None = None) -> dict[str, Any]:
+def register(ctx: Any, name: str, data: bytes, alias: str | None = None) -> Registered:
     return asyncio.run(
         service.register_dataset(ctx, ADMIN, "maths", name, alias, body(data), len(data))
     )
@@ -52,11 +53,11 @@ def ctx(database: Database, tmp_path: Path) -> Any:
 def test_concurrent_registrations_get_distinct_versions(ctx: Any) -> None:
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda i: register(ctx, "train", chat_rows(str(i))), range(4)))
-    assert sorted(r["version"] for r in results) == [1, 2, 3, 4]
+    assert sorted(r.version for r in results) == [1, 2, 3, 4]
     # The same content again, at the same time, is one version.
     with ThreadPoolExecutor(3) as pool:
         again = list(pool.map(lambda _: register(ctx, "train", chat_rows("0")), range(3)))
-    assert {r["ref"] for r in again} == {results[0]["ref"]} and not any(r["created"] for r in again)
+    assert {r.ref for r in again} == {results[0].ref} and not any(r.created for r in again)
     assert ctx.blobs.list("datasets/uploads") == []
     assert len(ctx.blobs.list("datasets/sha256")) == 4
 
@@ -110,12 +111,12 @@ def test_listing_shows_the_newest_version_of_visible_datasets(ctx: Any) -> None:
     )
     with ctx.db.session() as session:
         every = service.list_datasets(session, ADMIN, None)
-        assert [(d["dataset"], d["latest"], d["versions"], d["aliases"]) for d in every] == [
+        assert [(d.dataset, d.latest, d.versions, d.aliases) for d in every] == [
             ("maths/train", 2, 2, {"prod": 2}),
             ("physics/waves", 1, 1, {}),
         ]
         physicist = Principal("t2", "ci", "project", ("physics",))
-        assert [d["dataset"] for d in service.list_datasets(session, physicist, None)] == [
+        assert [d.dataset for d in service.list_datasets(session, physicist, None)] == [
             "physics/waves"
         ]
         with pytest.raises(Forbidden):

@@ -60,7 +60,8 @@ class LocalBackend(Backend):
         job_dir = self.job_dir(request.run_id, request.attempt)
         handle_file = job_dir / "handle.json"
         if handle_file.exists():
-            return json.loads(handle_file.read_text())
+            launched: dict[str, Any] = json.loads(handle_file.read_text())
+            return launched
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / "job.json").write_text(json.dumps(request.job_spec, indent=1))
         env = dict(request.env)
@@ -167,7 +168,7 @@ class LocalBackend(Backend):
             proc = psutil.Process(handle["pid"])
             if abs(proc.create_time() - float(handle["created"])) > 1.0:
                 return False
-            return proc.status() != psutil.STATUS_ZOMBIE
+            return bool(proc.status() != psutil.STATUS_ZOMBIE)
         except psutil.NoSuchProcess:
             return False
 

@@ -93,5 +93,5 @@ def remove_partial_files(job_dir: Path) -> None:
 
 def _alive(process: psutil.Process) -> bool:
     with contextlib.suppress(psutil.Error):
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
     return False

@@ -48,10 +48,11 @@ def print_rollouts(page: StepRollouts) -> None:
 def last_message(prompt: Any) -> str:
     """The table shows only the prompt's last message."""
     if isinstance(prompt, str):
+        text = prompt
         try:
-            prompt = json.loads(prompt)
+            prompt = json.loads(text)
         except ValueError:
-            return prompt
+            return text
     if isinstance(prompt, list) and prompt:
         content = prompt[-1].get("content", "") if isinstance(prompt[-1], dict) else prompt[-1]
         if isinstance(content, list):

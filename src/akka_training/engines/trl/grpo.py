@@ -31,11 +31,12 @@ from typing import Any
 
 from datasets import Dataset
 from transformers import TrainerCallback, TrainerState
-from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.grpo_config import GRPOConfig
+from trl.trainer.grpo_trainer import GRPOTrainer
 
 from akka_training.core.defaults import CLIP_BY_METHOD
 from akka_training.core.plans import Monitors, Reward, RlHyperparams
-from akka_training.core.reports import TrainingReport
+from akka_training.core.reports import JobSummary, TrainingReport
 from akka_training.engines.adapters import adapted_modules, check_language_only
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.data import RlRow, read_rows, rl_rows
@@ -299,13 +300,13 @@ def run(job: JobContext) -> Outcome:
     # Save
     adapter_dir = job.artifacts / "adapter"
     trainer.save_model(str(adapter_dir))
-    summary: dict[str, Any] = {}
-    if "reward/mean" in reporting.last:
-        summary["reward"] = reporting.last["reward/mean"]
-    if counters.calls:
-        summary["toolCalls"] = dict(counters.calls)
-        summary["toolFailures"] = dict(counters.failures)
-        summary["toolTimeouts"] = dict(counters.timeouts)
+    tools_used = bool(counters.calls)
+    summary = JobSummary(
+        reward=reporting.last.get("reward/mean"),
+        tool_calls=dict(counters.calls) if tools_used else None,
+        tool_failures=dict(counters.failures) if tools_used else None,
+        tool_timeouts=dict(counters.timeouts) if tools_used else None,
+    )
     return Outcome(step=step, adapter_dir=adapter_dir, adapter_modules=modules, summary=summary)
 
 

@@ -15,10 +15,11 @@ from typing import Any
 
 from datasets import Dataset
 from transformers import TrainerCallback, TrainerState
-from trl import SFTConfig, SFTTrainer
+from trl.trainer.sft_config import SFTConfig
+from trl.trainer.sft_trainer import SFTTrainer
 
 from akka_training.core.plans import SftHyperparams
-from akka_training.core.reports import TrainingReport
+from akka_training.core.reports import JobSummary, TrainingReport
 from akka_training.engines.adapters import adapted_modules, check_language_only
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.data import read_rows, sft_examples
@@ -166,9 +167,7 @@ def run(job: JobContext) -> Outcome:
     # Save
     adapter_dir = job.artifacts / "adapter"
     trainer.save_model(str(adapter_dir))
-    summary: dict[str, Any] = {}
-    if "loss" in reporting.last:
-        summary["loss"] = reporting.last["loss"]
+    summary = JobSummary(loss=reporting.last.get("loss"))
     return Outcome(step=step, adapter_dir=adapter_dir, adapter_modules=modules, summary=summary)
 
 

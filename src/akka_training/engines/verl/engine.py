@@ -338,7 +338,7 @@ def _preflight(python: Path, overrides: list[str], env: dict[str, str]) -> dict[
         raise JobStartFailed("verl's configuration check did not finish") from exc
     lines = done.stdout.strip().splitlines()
     try:
-        answer = json.loads(lines[-1])
+        answer: dict[str, object] = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError) as exc:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         raise JobStartFailed(

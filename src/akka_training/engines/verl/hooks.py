@@ -40,7 +40,7 @@ def install_trainer(module: ModuleType) -> type:
 
     base: Any = module.PPOTrainerSync
 
-    class SaveOnRequestTrainer(base):  # type: ignore[misc, valid-type]
+    class SaveOnRequestTrainer(base):  # type: ignore[misc]
         """verl's synchronous trainer, plus a checkpoint and a stop when the job asks."""
 
         def on_step_end(self) -> None:

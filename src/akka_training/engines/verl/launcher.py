@@ -258,5 +258,5 @@ def _die_with_parent() -> None:
 
 def _alive(process: psutil.Process) -> bool:
     with contextlib.suppress(psutil.Error):
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
     return False

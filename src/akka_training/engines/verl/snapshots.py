@@ -138,8 +138,8 @@ def local_copy_matches(blobs: BlobStore, key: str, checkpoint: Path) -> bool:
     """Whether `checkpoint` on this node is the training state stored at `key`: the same
     manifest (step, GPU count, key, and every file with its size), and those files present."""
     try:
-        local = json.loads((checkpoint / MANIFEST).read_text())
-        stored = json.loads(blobs.get_bytes(key.rstrip("/") + "/" + MANIFEST))
+        local: dict[str, object] = json.loads((checkpoint / MANIFEST).read_text())
+        stored: dict[str, object] = json.loads(blobs.get_bytes(key.rstrip("/") + "/" + MANIFEST))
     except (OSError, ValueError, KeyError):
         return False
     if local != stored or not isinstance(local.get("files"), dict):

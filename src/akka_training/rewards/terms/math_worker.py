@@ -85,7 +85,7 @@ def read(answer: str) -> list[Any]:
         f"${body}$",
         extraction_config=_EXTRACTION,
         fallback_mode="no_fallback",
-        parsing_timeout=None,  # type: ignore[arg-type]
+        parsing_timeout=None,
     )
     return parsed
 

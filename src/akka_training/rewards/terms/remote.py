@@ -133,7 +133,7 @@ def next_wait(retries: int, retry_after: float | None, remaining: float) -> floa
     # third of the budget left.)
     if remaining <= _LEAST_TRY_SECONDS:
         return None
-    wait = min(MAX_WAIT_SECONDS, FIRST_WAIT_SECONDS * 2**retries)
+    wait = min(MAX_WAIT_SECONDS, FIRST_WAIT_SECONDS * 2.0**retries)
     wait += random.uniform(0.0, JITTER_SECONDS)
     return min(wait, remaining - _LEAST_TRY_SECONDS)
 

@@ -43,9 +43,7 @@ _BINARY: dict[int | str, dict[str, Any]] = {
 def adapter(run_ref: str, ctx: Ctx, caller: Caller, snapshot: str | None = None) -> AdapterManifest:
     """The files of the run's final adapter (or of a snapshot's weights) with their sizes and
     sha256; fetch each from ``adapter/files/{path}``."""
-    return AdapterManifest.model_validate(
-        service.manifest(ctx, caller, run_ref, snapshot, "adapter")
-    )
+    return service.manifest(ctx, caller, run_ref, snapshot, "adapter")
 
 
 @router.get(
@@ -87,15 +85,13 @@ def merge(
         _wake(ctx)
     else:
         response.status_code = 200
-    return TaskRecord.model_validate(task)
+    return task
 
 
 @router.get("/{run_ref}/merged", responses=_LOOKUP)
 def merged(run_ref: str, ctx: Ctx, caller: Caller, snapshot: str | None = None) -> AdapterManifest:
     """The files of the merged model a merge task made, with their sizes and sha256."""
-    return AdapterManifest.model_validate(
-        service.manifest(ctx, caller, run_ref, snapshot, "merged")
-    )
+    return service.manifest(ctx, caller, run_ref, snapshot, "merged")
 
 
 @router.get(

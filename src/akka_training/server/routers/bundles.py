@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
@@ -42,18 +40,18 @@ async def register(project: str, name: str, request: Request, ctx: Ctx, caller: 
         chunks.append(chunk)
     data = b"".join(chunks)
 
-    def _store() -> dict[str, Any]:
+    def _store() -> Bundle:
         with ctx.db.session() as session:
             return service.register(session, ctx, caller, f"{project}/{name}", data)
 
-    return Bundle.model_validate(await run_in_threadpool(_store))
+    return await run_in_threadpool(_store)
 
 
 @router.get("", responses=errors(401, 403))
 def list_bundles(db: Db, caller: Caller, project: str | None = None) -> list[Bundle]:
-    return [Bundle.model_validate(b) for b in service.list_bundles(db, caller, project)]
+    return service.list_bundles(db, caller, project)
 
 
 @router.get("/{project}/{ref}", responses=errors(400, 401, 403, 404))
 def get(project: str, ref: str, db: Db, caller: Caller) -> Bundle:
-    return Bundle.model_validate(service.get(db, caller, f"{project}/{ref}"))
+    return service.get(db, caller, f"{project}/{ref}")

@@ -17,4 +17,4 @@ router = APIRouter(prefix="/v1", route_class=SessionEndingRoute)
 def capacity(ctx: Ctx, db: Db, caller: Caller, project: str | None = None) -> Capacity:
     if project:
         caller.require(project)
-    return Capacity.model_validate(service.capacity(db, ctx, project, caller.projects))
+    return service.capacity(db, ctx, project, caller.projects)

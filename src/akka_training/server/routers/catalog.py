@@ -15,14 +15,14 @@ router = APIRouter(prefix="/v1", route_class=SessionEndingRoute)
 
 @router.get("/base-models", responses=errors(401))
 def list_models(ctx: Ctx, _caller: Caller) -> list[BaseModelSummary]:
-    return [BaseModelSummary.model_validate(m) for m in service.list_models(ctx)]
+    return service.list_models(ctx)
 
 
 @router.get("/base-models/{model_id}", responses=errors(401, 404))
 def get_model(model_id: str, ctx: Ctx, _caller: Caller) -> BaseModelDetail:
-    return BaseModelDetail.model_validate(service.get_model(ctx, model_id))
+    return service.get_model(ctx, model_id)
 
 
 @router.get("/envelopes", responses=errors(401))
 def list_envelopes(ctx: Ctx, _caller: Caller) -> list[CatalogEnvelope]:
-    return [CatalogEnvelope.model_validate(e) for e in service.list_envelopes(ctx)]
+    return service.list_envelopes(ctx)

@@ -76,29 +76,27 @@ async def register(
         # instead of letting it send the rest of a body nobody will read; our client reads the
         # answer even when its send then fails.
         return JSONResponse(exc.to_json(), status_code=exc.status, headers={"Connection": "close"})
-    registered = Registered.model_validate(body)
-    return JSONResponse(registered.to_json(), status_code=201 if registered.created else 200)
+    return JSONResponse(body.to_json(), status_code=201 if body.created else 200)
 
 
 @router.get("/datasets", responses=errors(401, 403, 404))
 def list_datasets(db: Db, caller: Caller, project: str | None = None) -> list[DatasetSummary]:
-    return [DatasetSummary.model_validate(d) for d in service.list_datasets(db, caller, project)]
+    return service.list_datasets(db, caller, project)
 
 
 @router.get("/datasets/{project}/{ref}", responses=errors(400, 401, 403, 404))
 def get_dataset(project: str, ref: str, db: Db, caller: Caller) -> DatasetDetail:
-    return DatasetDetail.model_validate(service.get_dataset(db, caller, f"{project}/{ref}"))
+    return service.get_dataset(db, caller, f"{project}/{ref}")
 
 
 @router.get("/datasets/{project}/{ref}/versions", responses=errors(400, 401, 403, 404))
 def list_versions(project: str, ref: str, db: Db, caller: Caller) -> list[DatasetVersion]:
-    versions = service.list_versions(db, caller, f"{project}/{ref}")
-    return [DatasetVersion.model_validate(v) for v in versions]
+    return service.list_versions(db, caller, f"{project}/{ref}")
 
 
 @router.put("/datasets/{project}/{ref}/aliases/{alias}", responses=errors(400, 401, 403, 404))
 def set_alias(project: str, ref: str, alias: str, db: Db, caller: Caller) -> AliasSet:
-    return AliasSet.model_validate(service.set_alias(db, caller, f"{project}/{ref}", alias))
+    return service.set_alias(db, caller, f"{project}/{ref}", alias)
 
 
 def _declared_length(request: Request) -> int | None:

@@ -37,11 +37,9 @@ def start(
     body: PlanDocument, ctx: Ctx, db: Db, caller: Caller, dry_run: bool = False
 ) -> EvaluationRecord | EvaluationDryRun:
     answer = service.start(db, ctx, caller, body, dry_run)
-    if dry_run:
-        return EvaluationDryRun.model_validate(answer)
-    if ctx.controller is not None:
+    if not dry_run and ctx.controller is not None:
         ctx.controller.wake()
-    return EvaluationRecord.model_validate(answer)
+    return answer
 
 
 @router.get("", responses=errors(401, 403))
@@ -49,16 +47,13 @@ def list_evaluations(
     db: Db, caller: Caller, project: str | None = None, limit: int = Query(100, ge=1, le=1000)
 ) -> list[EvaluationRecord]:
     """Evaluations, newest first."""
-    return [
-        EvaluationRecord.model_validate(e)
-        for e in service.list_evaluations(db, caller, project, limit)
-    ]
+    return service.list_evaluations(db, caller, project, limit)
 
 
 @router.get("/{evaluation_id}", responses=errors(*_LOOKUP))
 def get(evaluation_id: str, ctx: Ctx, db: Db, caller: Caller) -> EvaluationRecord:
     """The evaluation; while it waits for devices, `queue` says what for."""
-    return EvaluationRecord.model_validate(service.get(db, ctx, caller, evaluation_id))
+    return service.get(db, ctx, caller, evaluation_id)
 
 
 @router.post(
@@ -68,7 +63,7 @@ def cancel(evaluation_id: str, ctx: Ctx, db: Db, caller: Caller) -> EvaluationRe
     answer = service.cancel(db, caller, evaluation_id)
     if ctx.controller is not None:
         ctx.controller.wake()
-    return EvaluationRecord.model_validate(answer)
+    return answer
 
 
 @router.get("/{evaluation_id}/samples", responses=errors(*_LOOKUP))
@@ -82,6 +77,4 @@ def samples(
     limit: int = Query(20, ge=1, le=10000),
 ) -> EvaluationSamples:
     """The scored samples, worst (or best) first by score, or by one metric's value."""
-    return EvaluationSamples.model_validate(
-        service.samples(db, ctx, caller, evaluation_id, order, metric, limit)
-    )
+    return service.samples(db, ctx, caller, evaluation_id, order, metric, limit)

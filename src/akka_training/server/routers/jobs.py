@@ -45,4 +45,4 @@ def report(
     answer = service.handle(db, caller, run_id, attempt, kind, body)
     if kind in ("finished", "stopped", "failed") and ctx.controller is not None:
         ctx.controller.wake()
-    return Directive.model_validate(answer)
+    return answer

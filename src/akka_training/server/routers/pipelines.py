@@ -45,24 +45,22 @@ def start(
     result = service.start(db, ctx, caller, body, dry_run)
     if not dry_run and ctx.controller is not None:
         ctx.controller.wake()
-    if result.get("dryRun"):
-        return PipelineDryRun.model_validate(result)
-    return Pipeline.model_validate(result)
+    return result
 
 
 @router.get("", responses=errors(401, 403))
 def list_pipelines(ctx: Ctx, db: Db, caller: Caller, project: str | None = None) -> list[Pipeline]:
-    return [Pipeline.model_validate(p) for p in service.list_pipelines(db, ctx, caller, project)]
+    return service.list_pipelines(db, ctx, caller, project)
 
 
 @router.get("/{ref}", responses=errors(*_LOOKUP))
 def get(ref: str, ctx: Ctx, db: Db, caller: Caller) -> Pipeline:
-    return Pipeline.model_validate(service.get(db, ctx, caller, ref))
+    return service.get(db, ctx, caller, ref)
 
 
 @router.post("/{ref}/cancel", responses=errors(*_LOOKUP, (409, "The pipeline already ended.")))
 def cancel(ref: str, ctx: Ctx, db: Db, caller: Caller) -> Pipeline:
-    return Pipeline.model_validate(service.cancel(db, ctx, caller, ref))
+    return service.cancel(db, ctx, caller, ref)
 
 
 @router.post(
@@ -73,7 +71,7 @@ def resume(ref: str, ctx: Ctx, db: Db, caller: Caller) -> Pipeline:
     result = service.resume(db, ctx, caller, ref)
     if ctx.controller is not None:
         ctx.controller.wake()
-    return Pipeline.model_validate(result)
+    return result
 
 
 @router.get(

@@ -15,20 +15,19 @@ router = APIRouter(prefix="/v1/projects", route_class=SessionEndingRoute)
 
 @router.get("", responses=errors(401))
 def list_projects(db: Db, caller: Caller) -> list[Project]:
-    return [Project.model_validate(p) for p in service.list_projects(db, caller)]
+    return service.list_projects(db, caller)
 
 
 @router.post("", status_code=201, responses=errors(400, 401, 403, 409))
 def create_project(body: ProjectRequest, db: Db, caller: Caller) -> Project:
-    created = service.create_project(db, caller, body.name, body.quota, body.description)
-    return Project.model_validate(created)
+    return service.create_project(db, caller, body.name, body.quota, body.description)
 
 
 @router.get("/{name}", responses=errors(401, 403, 404))
 def get_project(name: str, db: Db, caller: Caller) -> ProjectDetail:
-    return ProjectDetail.model_validate(service.get_project(db, caller, name))
+    return service.get_project(db, caller, name)
 
 
 @router.put("/{name}/quota", responses=errors(400, 401, 403, 404))
 def set_quota(name: str, body: QuotaRequest, db: Db, caller: Caller) -> Project:
-    return Project.model_validate(service.set_quota(db, caller, name, body.quota))
+    return service.set_quota(db, caller, name, body.quota)

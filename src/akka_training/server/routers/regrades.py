@@ -35,7 +35,7 @@ def regrade(run_ref: str, body: RegradeRequest, ctx: Ctx, db: Db, caller: Caller
     task = service.start(db, caller, run_ref, body.reward, body.from_step, body.to_step)
     if ctx.controller is not None:
         ctx.controller.wake()
-    return TaskRecord.model_validate(task)
+    return task
 
 
 previews = APIRouter(prefix="/v1/previews", route_class=SessionEndingRoute)
@@ -58,7 +58,7 @@ def preview(body: PreviewRequest, ctx: Ctx, db: Db, caller: Caller) -> TaskRecor
     task = previews_service.start(db, ctx, caller, body.plan, body.rows)
     if ctx.controller is not None:
         ctx.controller.wake()
-    return TaskRecord.model_validate(task)
+    return task
 
 
 @previews.post(
@@ -78,4 +78,4 @@ def preview_pipeline(body: PreviewRequest, ctx: Ctx, db: Db, caller: Caller) -> 
     answer = previews_service.start_pipeline(db, ctx, caller, body.plan, body.rows)
     if ctx.controller is not None:
         ctx.controller.wake()
-    return PipelinePreview.model_validate(answer)
+    return answer

@@ -54,7 +54,7 @@ def start(
     result = service.start(db, ctx, caller, body, dry_run)
     if not dry_run:
         _wake(ctx)
-    return _started(result)
+    return result
 
 
 @router.get("", responses=errors((400, "limit out of range, or an unknown phase."), 401, 403))
@@ -66,34 +66,33 @@ def list_runs(
     phase: str | None = None,
     limit: int = Query(100, ge=1, le=1000),
 ) -> list[RunSummary]:
-    runs = service.list_runs(db, ctx, caller, project, phase, limit)
-    return [RunSummary.model_validate(r) for r in runs]
+    return service.list_runs(db, ctx, caller, project, phase, limit)
 
 
 @router.get("/{run_ref}", responses=errors(*_LOOKUP))
 def get(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> RunRecord:
-    return RunRecord.model_validate(service.get(db, ctx, caller, run_ref))
+    return service.get(db, ctx, caller, run_ref)
 
 
 @router.post("/{run_ref}/cancel", responses=errors(*_LOOKUP, (409, "The run already ended.")))
 def cancel(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> RunRecord:
     result = service.cancel(db, ctx, caller, run_ref)
     _wake(ctx)
-    return RunRecord.model_validate(result)
+    return result
 
 
 @router.post("/{run_ref}/pause", responses=errors(*_LOOKUP, (409, "The run already ended.")))
 def pause(run_ref: str, body: PauseRequest, ctx: Ctx, db: Db, caller: Caller) -> RunRecord:
     result = service.pause(db, ctx, caller, run_ref, body.checkpoint)
     _wake(ctx)
-    return RunRecord.model_validate(result)
+    return result
 
 
 @router.post("/{run_ref}/resume", responses=errors(*_LOOKUP, (409, "The run is not PAUSED.")))
 def resume(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> RunRecord:
     result = service.resume(db, ctx, caller, run_ref)
     _wake(ctx)
-    return RunRecord.model_validate(result)
+    return result
 
 
 _DERIVE_ERRORS = errors(
@@ -117,13 +116,13 @@ def continue_(
 
 @router.get("/{run_ref}/snapshots", responses=errors(*_LOOKUP))
 def snapshots(run_ref: str, db: Db, caller: Caller) -> list[Snapshot]:
-    return [Snapshot.model_validate(s) for s in service.snapshots(db, caller, run_ref)]
+    return service.snapshots(db, caller, run_ref)
 
 
 @router.get("/{run_ref}/metrics", responses=errors(*_LOOKUP))
 def metrics(run_ref: str, db: Db, caller: Caller, fields: str | None = None) -> Metrics:
     wanted = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
-    return Metrics.model_validate(service.metrics(db, caller, run_ref, wanted))
+    return service.metrics(db, caller, run_ref, wanted)
 
 
 @router.get(
@@ -144,8 +143,7 @@ def rollouts(
     order: str | None = None,
     limit: int | None = Query(None, ge=1),
 ) -> StepRollouts:
-    answer = rollouts_service.rollouts(db, ctx, caller, run_ref, step, order, limit)
-    return StepRollouts.model_validate(answer)
+    return rollouts_service.rollouts(db, ctx, caller, run_ref, step, order, limit)
 
 
 @router.get(
@@ -157,13 +155,12 @@ def rollouts(
 def verification(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> RunVerification:
     """Each step's published figures recomputed from the rollouts the run kept: the steps
     checked, and every figure that differs."""
-    answer = verification_service.verify(db, ctx, caller, run_ref)
-    return RunVerification.model_validate(answer)
+    return verification_service.verify(db, ctx, caller, run_ref)
 
 
 @router.get("/{run_ref}/tree", responses=errors(*_LOOKUP))
 def tree(run_ref: str, db: Db, caller: Caller) -> RunTree:
-    return RunTree.model_validate(service.tree(db, caller, run_ref))
+    return service.tree(db, caller, run_ref)
 
 
 @router.get("/{run_ref}/logs", responses=errors(*_LOOKUP, 503))
@@ -174,7 +171,7 @@ def logs(
     offset: int = Query(0, ge=0),
     attempt: int | None = Query(None, ge=0, le=INT32_MAX),
 ) -> JobLogs:
-    return JobLogs.model_validate(service.logs(ctx, caller, run_ref, offset, attempt))
+    return service.logs(ctx, caller, run_ref, offset, attempt)
 
 
 @router.get(
@@ -212,13 +209,7 @@ def _derive(
         db, ctx, caller, run_ref, body.snapshot, restore, body.steps, body.overrides, body.dry_run
     )
     _wake(ctx)
-    return _started(result)
-
-
-def _started(result: dict[str, Any]) -> RunRecord | DryRun:
-    if result.get("dryRun"):
-        return DryRun.model_validate(result)
-    return RunRecord.model_validate(result)
+    return result
 
 
 def _wake(ctx: AppContext) -> None:

@@ -34,12 +34,12 @@ def health() -> Health:
 )
 def ready(db: Db) -> Health:
     """Ready to serve: the database answers (a readiness probe; `/healthz` is the liveness)."""
-    return Health.model_validate(info_service.ready(db))
+    return info_service.ready(db)
 
 
 @router.get("/v1/info", responses=errors(401))
 def info(ctx: Ctx, _caller: Caller) -> Info:
-    return Info.model_validate(info_service.info(ctx))
+    return info_service.info(ctx)
 
 
 @router.post(
@@ -47,27 +47,26 @@ def info(ctx: Ctx, _caller: Caller) -> Info:
     responses=errors(400, (401, "The login is unknown, revoked or expired at this API host.")),
 )
 def exchange(body: ExchangeRequest, db: Db) -> Exchanged:
-    return Exchanged.model_validate(tokens_service.exchange(db, body.login))
+    return tokens_service.exchange(db, body.login)
 
 
 @router.get("/v1/auth/whoami", responses=errors(401))
 def whoami(caller: Caller) -> WhoAmI:
-    return WhoAmI.model_validate(tokens_service.whoami(caller))
+    return tokens_service.whoami(caller)
 
 
 @router.get("/v1/tokens", responses=errors(401))
 def list_tokens(db: Db, caller: Caller) -> list[Token]:
-    return [Token.model_validate(t) for t in tokens_service.list_tokens(db, caller)]
+    return tokens_service.list_tokens(db, caller)
 
 
 @router.post("/v1/tokens", status_code=201, responses=errors(400, 401, 403, 404))
 def create_token(body: TokenRequest, db: Db, caller: Caller) -> CreatedToken:
-    created = tokens_service.create_token(
+    return tokens_service.create_token(
         db, caller, body.name, body.projects, body.admin, body.expires_in_days
     )
-    return CreatedToken.model_validate(created)
 
 
 @router.delete("/v1/tokens/{token_id}", responses=errors(401, 403, 404))
 def revoke_token(token_id: str, db: Db, caller: Caller) -> Token:
-    return Token.model_validate(tokens_service.revoke_token(db, caller, token_id))
+    return tokens_service.revoke_token(db, caller, token_id)

@@ -40,14 +40,12 @@ def list_tasks(
     limit: int = Query(100, ge=1, le=1000),
 ) -> list[TaskRecord]:
     """Tasks, newest first; `run` keeps those of one run."""
-    return [
-        TaskRecord.model_validate(t) for t in service.list_tasks(db, caller, project, run, limit)
-    ]
+    return service.list_tasks(db, caller, project, run, limit)
 
 
 @router.get("/{task_id}", responses=errors(*_LOOKUP))
 def get(task_id: str, db: Db, caller: Caller) -> TaskRecord:
-    return TaskRecord.model_validate(service.get(db, caller, task_id))
+    return service.get(db, caller, task_id)
 
 
 @router.post("/{task_id}/cancel", responses=errors(*_LOOKUP, (409, "The task already ended.")))
@@ -55,7 +53,7 @@ def cancel(task_id: str, ctx: Ctx, db: Db, caller: Caller) -> TaskRecord:
     answer = service.cancel(db, caller, task_id)
     if ctx.controller is not None:
         ctx.controller.wake()
-    return TaskRecord.model_validate(answer)
+    return answer
 
 
 @router.post(
@@ -74,4 +72,4 @@ def report(
     answer = service.report(db, caller, task_id, kind, body)
     if kind in ("finished", "failed") and ctx.controller is not None:
         ctx.controller.wake()
-    return TaskDirective.model_validate(answer)
+    return answer

@@ -26,11 +26,14 @@ from typing import Any, Literal
 from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
+from akka_training.api.adapters import AdapterFile, AdapterManifest
+from akka_training.api.tasks import TaskRecord
 from akka_training.core import blobkeys
 from akka_training.core.catalog import CatalogModel
 from akka_training.core.downloads import download_directory
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound
 from akka_training.core.failures import FailureReason, failure_text
+from akka_training.core.figures import Figures
 from akka_training.core.model_cards import CardFacts, lineage_text, model_card, public_names
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.resolved import BaseModelPin
@@ -77,26 +80,26 @@ class Selection:
 
 def manifest(
     ctx: AppContext, principal: Principal, run_ref: str, snapshot: str | None, kind: Kind
-) -> dict[str, Any]:
+) -> AdapterManifest:
     """Every file of the download with its size and sha256 (hashed here, a chunk at a time,
     for what the store does not know the hash of)."""
     selection = _select(ctx, principal, run_ref, snapshot, kind)
     files = [
-        {"path": p.path, "bytes": p.size, "sha256": p.sha256 or _digest(ctx, p)}
+        AdapterFile(path=p.path, bytes=p.size, sha256=p.sha256 or _digest(ctx, p))
         for p in selection.parts
     ]
-    return {
-        "run": selection.run_id,
-        "project": selection.project,
-        "kind": selection.kind,
-        "snapshot": selection.snapshot,
-        "step": selection.step,
-        "directory": selection.directory,
-        "baseModel": selection.base_model,
-        "baseModelNameOrPath": selection.public_name,
-        "files": files,
-        "totalBytes": sum(f["bytes"] for f in files),
-    }
+    return AdapterManifest(
+        run=selection.run_id,
+        project=selection.project,
+        kind=selection.kind,
+        snapshot=selection.snapshot,
+        step=selection.step,
+        directory=selection.directory,
+        base_model=selection.base_model,
+        base_model_name_or_path=selection.public_name,
+        files=files,
+        total_bytes=sum(f.bytes for f in files),
+    )
 
 
 def open_file(
@@ -123,7 +126,7 @@ def open_file(
 
 def export_merged(
     session: Session, ctx: AppContext, principal: Principal, run_ref: str, snapshot: str | None
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[TaskRecord, bool]:
     """Start a merge task for the run's final adapter (or a snapshot's weights), or find the
     one that made or is making it; the task, and whether it is new."""
     run = _find_run(session, principal, run_ref)
@@ -131,7 +134,7 @@ def export_merged(
     key = merge_key(run.id, snapshot)
     existing = tasks.current(session, key)
     if existing is not None:
-        return tasks.task_json(existing), False
+        return tasks.task_record(existing), False
     pin = BaseModelPin.model_validate(run.settings["baseModel"])
     if ctx.backend.sees_path(pin.path) is False:
         raise Conflict(base_model_unavailable(pin.id, pin.path, "this host", run.id))
@@ -151,7 +154,7 @@ def export_merged(
         run_id=run.id,
         key=key,
     )
-    return tasks.task_json(task), True
+    return tasks.task_record(task), True
 
 
 def merge_key(run_id: str, snapshot: str | None) -> str:
@@ -384,11 +387,10 @@ def _figures(
 ) -> tuple[float | None, float | None]:
     """The loss (sft) and reward (grpo, gspo) the weights were saved at."""
     if snapshot is None:
-        summary = run.summary or {}
-        return summary.get("loss"), summary.get("reward")
+        return run.summary.loss, run.summary.reward
     row = session.get(Step, (run.id, step))
-    metrics = row.metrics if row is not None else {}
-    return metrics.get("loss"), metrics.get("reward/mean")
+    figures = Figures.of(row.metrics if row is not None else {})
+    return figures.loss, figures.reward_mean
 
 
 def _lineage(run: Run) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import desc, func, select
 from sqlalchemy.orm import Session
 
+from akka_training.api.bundles import Bundle as BundleRecord
 from akka_training.core.blobkeys import bundle_key
 from akka_training.core.errors import InvalidRequest, NotFound, PayloadTooLarge
 from akka_training.core.refs import BadReference, parse_ref
@@ -23,7 +24,7 @@ from akka_training.storage.models import Bundle
 
 def register(
     session: Session, ctx: AppContext, principal: Principal, ref_text: str, data: bytes
-) -> dict[str, Any]:
+) -> BundleRecord:
     ref = _parse(ref_text)
     if ref.version or ref.alias or ref.digest:
         raise InvalidRequest("Register a bundle as PROJECT/NAME; versions are numbered for you.")
@@ -46,7 +47,7 @@ def register(
         )
     )
     if existing is not None:
-        return {**bundle_json(existing), "existing": True}
+        return bundle_record(existing, existing=True)
     blob = bundle_key(packed.sha256)
     if not ctx.blobs.exists(blob):
         ctx.blobs.put_bytes(blob, packed.data)
@@ -66,7 +67,7 @@ def register(
     )
     session.add(row)
     session.flush()
-    return bundle_json(row)
+    return bundle_record(row)
 
 
 def resolve_bundle(session: Session, ref_text: str) -> Bundle:
@@ -91,33 +92,34 @@ def resolve_bundle(session: Session, ref_text: str) -> Bundle:
     return row
 
 
-def list_bundles(
-    session: Session, principal: Principal, project: str | None
-) -> list[dict[str, Any]]:
+def list_bundles(session: Session, principal: Principal, project: str | None) -> list[BundleRecord]:
     query = select(Bundle).order_by(Bundle.project, Bundle.name, Bundle.version)
     if project:
         principal.require(project)
         query = query.where(Bundle.project == project)
-    return [bundle_json(b) for b in session.scalars(query) if principal.can(b.project)]
+    return [bundle_record(b) for b in session.scalars(query) if principal.can(b.project)]
 
 
-def get(session: Session, principal: Principal, ref_text: str) -> dict[str, Any]:
+def get(session: Session, principal: Principal, ref_text: str) -> BundleRecord:
     row = resolve_bundle(session, ref_text)
     principal.require(row.project)
-    return bundle_json(row)
+    return bundle_record(row)
 
 
-def bundle_json(row: Bundle) -> dict[str, Any]:
-    return {
-        "ref": f"{row.project}/{row.name}:v{row.version}",
-        "project": row.project,
-        "name": row.name,
-        "version": row.version,
-        "sha256": row.sha256,
-        "bytes": row.bytes,
-        "files": row.files,
-        "createdAt": row.created_at.isoformat(),
-    }
+def bundle_record(row: Bundle, existing: bool = False) -> BundleRecord:
+    """The bundle as users read it; `existing`: the answer to a registration of content it
+    already held."""
+    return BundleRecord(
+        ref=f"{row.project}/{row.name}:v{row.version}",
+        project=row.project,
+        name=row.name,
+        version=row.version,
+        sha256=row.sha256,
+        bytes=row.bytes,
+        files=row.files,
+        created_at=row.created_at,
+        existing=existing,
+    )
 
 
 def _parse(text: str) -> Any:

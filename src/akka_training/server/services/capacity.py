@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from akka_training.api.capacity import Capacity, PoolCapacity, ProjectCapacity
+from akka_training.api.capacity import Claim as ClaimRecord
 from akka_training.core.errors import NotFound
 from akka_training.core.states import OPEN_CLAIM_STATES, ClaimState
 from akka_training.deployment.context import AppContext
@@ -71,7 +72,7 @@ def pool_usage(session: Session, ctx: AppContext) -> list[PoolUse]:
 
 def capacity(
     session: Session, ctx: AppContext, project: str | None, visible: tuple[str, ...] | None = None
-) -> dict[str, Any]:
+) -> Capacity:
     """Pools, open claims and projects. `visible`: the projects the caller may read (None:
     every project, an admin's view); the claims and projects of the others are left out,
     while the pools' figures stay whole (a pool is shared: its free devices are everyone's)."""
@@ -81,18 +82,18 @@ def capacity(
         )
     now = datetime.now(UTC)
     pools = [
-        {
-            "pool": p.name,
-            "accelerator": p.accelerator,
-            "free": p.free,
-            "granted": p.granted,
-            "outside": p.outside,
-            "declared": p.declared,
-            "observed": p.observed,
-            "queued": p.queued,
-            "maxClaim": p.max_claim,
-            "hostRamGib": p.host_ram_gib,
-        }
+        PoolCapacity(
+            pool=p.name,
+            accelerator=p.accelerator,
+            free=p.free,
+            granted=p.granted,
+            outside=p.outside,
+            declared=p.declared,
+            observed=p.observed,
+            queued=p.queued,
+            max_claim=p.max_claim,
+            host_ram_gib=p.host_ram_gib,
+        )
         for p in pool_usage(session, ctx)
     ]
     query = select(Claim).where(Claim.state.in_(OPEN_CLAIM_STATES)).order_by(Claim.id)
@@ -101,16 +102,16 @@ def capacity(
     if visible is not None:
         query = query.where(Claim.project.in_(visible))
     claims = [
-        {
-            "kind": c.kind,
-            "for": c.run_id or c.task_id,
-            "project": c.project,
-            "devices": c.devices,
-            "pool": c.pool,
-            "state": c.state,
-            "since": (c.granted_at or c.created_at).isoformat(),
-            "sinceSeconds": round((now - (c.granted_at or c.created_at)).total_seconds(), 1),
-        }
+        ClaimRecord(
+            kind=c.kind,
+            for_=_claimant(c),
+            project=c.project,
+            devices=c.devices,
+            pool=c.pool,
+            state=c.state,
+            since=c.granted_at or c.created_at,
+            since_seconds=round((now - (c.granted_at or c.created_at)).total_seconds(), 1),
+        )
         for c in session.scalars(query)
     ]
     projects = []
@@ -120,17 +121,23 @@ def capacity(
         if (project and p.name != project) or (visible is not None and p.name not in visible):
             continue
         projects.append(
-            {
-                "project": p.name,
-                "quota": p.quota,
-                "held": sum(
+            ProjectCapacity(
+                project=p.name,
+                quota=p.quota,
+                held=sum(
                     c.devices
                     for c in all_claims
                     if c.project == p.name and c.state == ClaimState.GRANTED
                 ),
-                "queued": sum(
+                queued=sum(
                     1 for c in all_claims if c.project == p.name and c.state == ClaimState.QUEUED
                 ),
-            }
+            )
         )
-    return {"pools": pools, "claims": claims, "projects": projects}
+    return Capacity(pools=pools, claims=claims, projects=projects)
+
+
+def _claimant(claim: Claim) -> str:
+    claimant = claim.run_id or claim.task_id
+    assert claimant is not None  # a claim is made for a run or for a task
+    return claimant

@@ -2,63 +2,58 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from akka_training.core.catalog import ENGINES
+from akka_training.api.catalog import BaseModelDetail, BaseModelSummary, CatalogEnvelope, Envelope
+from akka_training.core import catalog
 from akka_training.deployment.context import AppContext
 
 
-def list_models(ctx: AppContext) -> list[dict[str, Any]]:
+def list_models(ctx: AppContext) -> list[BaseModelSummary]:
     return [
-        {
-            "id": m.id,
-            "status": m.status,
-            "modality": m.modality,
-            "methods": m.methods(ctx.engine, ctx.image_text_rl),
-        }
+        BaseModelSummary(
+            id=m.id,
+            status=m.status,
+            modality=m.modality,
+            methods=m.methods(ctx.engine, ctx.image_text_rl),
+        )
         for m in ctx.catalog
     ]
 
 
-def get_model(ctx: AppContext, model_id: str) -> dict[str, Any]:
+def get_model(ctx: AppContext, model_id: str) -> BaseModelDetail:
     m = ctx.model(model_id)
-    return {
-        "id": m.id,
-        "status": m.status,
-        "path": m.path,
-        "revision": m.revision,
-        **({"hubId": m.hub_id} if m.hub_id else {}),
-        **({"hubRevision": m.hub_revision} if m.hub_revision else {}),
-        "contextLength": m.context_length,
-        "modality": m.modality,
-        "engine": ctx.engine,
-        "methods": m.methods(ctx.engine, ctx.image_text_rl),
-        "methodsByEngine": {engine: m.methods(engine, ctx.image_text_rl) for engine in ENGINES},
-        "admitted": [_envelope_json(e) for e in m.admitted(ctx.engine, ctx.image_text_rl)],
-    }
+    return BaseModelDetail(
+        id=m.id,
+        status=m.status,
+        path=m.path,
+        revision=m.revision,
+        hub_id=m.hub_id or None,
+        hub_revision=m.hub_revision or None,
+        context_length=m.context_length,
+        modality=m.modality,
+        engine=ctx.engine,
+        methods=m.methods(ctx.engine, ctx.image_text_rl),
+        methods_by_engine={
+            engine: m.methods(engine, ctx.image_text_rl) for engine in catalog.ENGINES
+        },
+        admitted=[_envelope(e) for e in m.admitted(ctx.engine, ctx.image_text_rl)],
+    )
 
 
-def list_envelopes(ctx: AppContext) -> list[dict[str, Any]]:
+def list_envelopes(ctx: AppContext) -> list[CatalogEnvelope]:
     out = []
     for m in ctx.catalog:
         admitted = m.admitted(ctx.engine, ctx.image_text_rl)
         for e in m.envelopes:
-            out.append(
-                {
-                    "model": m.id,
-                    **_envelope_json(e),
-                    "admitted": e in admitted,
-                }
-            )
+            out.append(CatalogEnvelope(model=m.id, **dict(_envelope(e)), admitted=e in admitted))
     return out
 
 
-def _envelope_json(e: Any) -> dict[str, Any]:
-    return {
-        "method": e.method,
-        "engine": e.engine,
-        "gpus": e.gpus,
-        "precision": e.precision,
-        "gpuMemoryGib": e.gpu_memory_gib,
-        "hostMemoryGib": e.host_memory_gib,
-    }
+def _envelope(e: catalog.Envelope) -> Envelope:
+    return Envelope(
+        method=e.method,
+        engine=e.engine,
+        gpus=e.gpus,
+        precision=e.precision,
+        gpu_memory_gib=e.gpu_memory_gib,
+        host_memory_gib=e.host_memory_gib,
+    )

@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import AsyncIterator
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from akka_training.api import datasets as answers
 from akka_training.core.blobkeys import dataset_key
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound, storage_full
 from akka_training.core.refs import BadReference, Ref, parse_ref, valid_name
@@ -104,7 +104,7 @@ async def register_dataset(
     alias: str | None,
     body: AsyncIterator[bytes],
     declared_bytes: int | None,
-) -> dict[str, Any]:
+) -> answers.Registered:
     """Stream `body` into a new version of PROJECT/NAME, or find the version that already holds
     the same content; `alias`, when given, then points at it. Everything is checked before the
     body is read, so a refusal costs the client no upload."""
@@ -119,7 +119,7 @@ async def register_dataset(
         return await _register(ctx, project, name, alias, body, declared_bytes)
     with ctx.telemetry.operation("dataset.register", **{names.PROJECT: project}) as span:
         result = await _register(ctx, project, name, alias, body, declared_bytes)
-        span.set_attribute(names.DATASET, result["ref"])
+        span.set_attribute(names.DATASET, result.ref)
         return result
 
 
@@ -130,7 +130,7 @@ async def _register(
     alias: str | None,
     body: AsyncIterator[bytes],
     declared_bytes: int | None,
-) -> dict[str, Any]:
+) -> answers.Registered:
     await run_in_threadpool(_require_project, ctx, project)
     try:
         intake = await receive_dataset(
@@ -151,8 +151,8 @@ async def _register(
         ctx.blobs.delete(intake.staged_key)
     log.info(
         "%s %s (%d rows, %d bytes, sha256:%s)",
-        "registered" if result["created"] else "already held",
-        result["ref"],
+        "registered" if result.created else "already held",
+        result.ref,
         intake.rows,
         intake.bytes,
         intake.sha256[:12],
@@ -162,7 +162,7 @@ async def _register(
 
 def list_datasets(
     session: Session, principal: Principal, project: str | None
-) -> list[dict[str, Any]]:
+) -> list[answers.DatasetSummary]:
     """One entry per dataset name, with its newest version."""
     if project is not None:
         principal.require(project)
@@ -195,35 +195,38 @@ def list_datasets(
             continue
         aliases = _aliases(session, version.project, version.name)
         out.append(
-            {
-                "dataset": f"{version.project}/{version.name}",
-                "project": version.project,
-                "name": version.name,
-                "latest": version.version,
-                "versions": int(count),
-                "rows": version.rows,
-                "bytes": version.bytes,
-                "format": version.format,
-                "hasImages": version.has_images,
-                "sha256": version.sha256,
-                "aliases": {a: n for a, n in aliases},
-                "updatedAt": version.created_at.isoformat(),
-            }
+            answers.DatasetSummary(
+                dataset=f"{version.project}/{version.name}",
+                project=version.project,
+                name=version.name,
+                latest=version.version,
+                versions=int(count),
+                rows=version.rows,
+                bytes=version.bytes,
+                format=version.format,
+                has_images=version.has_images,
+                sha256=version.sha256,
+                aliases={a: n for a, n in aliases},
+                updated_at=version.created_at,
+            )
         )
     return out
 
 
-def get_dataset(session: Session, principal: Principal, ref_text: str) -> dict[str, Any]:
+def get_dataset(session: Session, principal: Principal, ref_text: str) -> answers.DatasetDetail:
     """The version a reference names, with every version of its name."""
     ref = parse_dataset_ref(ref_text)
     principal.require(ref.project)
     version = resolve_dataset(session, ref_text)
-    body = version_json(session, version)
-    body["versions"] = list_versions(session, principal, ref.full_name)
-    return body
+    return answers.DatasetDetail(
+        **dict(version_record(session, version)),
+        versions=list_versions(session, principal, ref.full_name),
+    )
 
 
-def list_versions(session: Session, principal: Principal, ref_text: str) -> list[dict[str, Any]]:
+def list_versions(
+    session: Session, principal: Principal, ref_text: str
+) -> list[answers.DatasetVersion]:
     """Every version of a name, oldest first (a tag in the reference is ignored)."""
     ref = parse_dataset_ref(ref_text)
     principal.require(ref.project)
@@ -232,10 +235,12 @@ def list_versions(session: Session, principal: Principal, ref_text: str) -> list
     if not versions:
         raise NotFound(_no_dataset(session, ref))
     aliases = _aliases(session, ref.project, ref.name)
-    return [_version_body(v, aliases, versions[-1].version) for v in versions]
+    return [_version_record(v, aliases, versions[-1].version) for v in versions]
 
 
-def set_alias(session: Session, principal: Principal, ref_text: str, alias: str) -> dict[str, Any]:
+def set_alias(
+    session: Session, principal: Principal, ref_text: str, alias: str
+) -> answers.AliasSet:
     """Point `alias` at the version `ref_text` names; returns that version and where the alias
     pointed before (`previous`, a version number or None)."""
     ref = parse_dataset_ref(ref_text)
@@ -243,10 +248,9 @@ def set_alias(session: Session, principal: Principal, ref_text: str, alias: str)
     check_alias(alias)
     version = resolve_dataset(session, ref_text)
     previous = _point_alias(session, version, alias)
-    body = version_json(session, version)
-    body["alias"] = alias
-    body["previous"] = previous
-    return body
+    return answers.AliasSet(
+        **dict(version_record(session, version)), alias=alias, previous=previous
+    )
 
 
 def check_alias(alias: str) -> None:
@@ -261,14 +265,14 @@ def check_alias(alias: str) -> None:
         )
 
 
-def version_json(session: Session, version: DatasetVersion) -> dict[str, Any]:
+def version_record(session: Session, version: DatasetVersion) -> answers.DatasetVersion:
     aliases = _aliases(session, version.project, version.name)
     newest = session.scalar(
         select(func.max(DatasetVersion.version)).where(
             DatasetVersion.project == version.project, DatasetVersion.name == version.name
         )
     )
-    return _version_body(version, aliases, int(newest or version.version))
+    return _version_record(version, aliases, int(newest or version.version))
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -281,7 +285,7 @@ def _require_project(ctx: AppContext, project: str) -> None:
 
 def _commit(
     ctx: AppContext, project: str, name: str, alias: str | None, intake: Intake
-) -> dict[str, Any]:
+) -> answers.Registered:
     """Keep the staged content under its hash and record the version (or find the existing
     one). The row is written only once the blob is in place, so a row always has its blob."""
     key = dataset_key(intake.sha256)
@@ -299,7 +303,7 @@ def _commit(
 
 def _record(
     ctx: AppContext, project: str, name: str, alias: str | None, intake: Intake, key: str
-) -> dict[str, Any]:
+) -> answers.Registered:
     for attempt in range(_COMMIT_TRIES):
         try:
             with ctx.db.session() as session:
@@ -331,11 +335,12 @@ def _record(
                     session.add(version)
                     session.flush()
                 previous = _point_alias(session, version, alias) if alias else None
-                body = version_json(session, version)
-                body["created"] = created
-                body["alias"] = alias
-                body["previous"] = previous
-                return body
+                return answers.Registered(
+                    **dict(version_record(session, version)),
+                    created=created,
+                    alias=alias,
+                    previous=previous,
+                )
         except IntegrityError:
             if attempt == _COMMIT_TRIES - 1:
                 raise Conflict(
@@ -386,23 +391,25 @@ def _aliases(session: Session, project: str, name: str) -> list[tuple[str, int]]
     return [(a.alias, a.version) for a in rows]
 
 
-def _version_body(v: DatasetVersion, aliases: list[tuple[str, int]], newest: int) -> dict[str, Any]:
-    return {
-        "ref": version_ref(v),
-        "dataset": f"{v.project}/{v.name}",
-        "project": v.project,
-        "name": v.name,
-        "version": v.version,
-        "latest": v.version == newest,
-        "sha256": v.sha256,
-        "rows": v.rows,
-        "bytes": v.bytes,
-        "format": v.format,
-        "hasImages": v.has_images,
-        "aliases": [a for a, n in aliases if n == v.version],
-        "blob": v.blob,
-        "createdAt": v.created_at.isoformat(),
-    }
+def _version_record(
+    v: DatasetVersion, aliases: list[tuple[str, int]], newest: int
+) -> answers.DatasetVersion:
+    return answers.DatasetVersion(
+        ref=version_ref(v),
+        dataset=f"{v.project}/{v.name}",
+        project=v.project,
+        name=v.name,
+        version=v.version,
+        latest=v.version == newest,
+        sha256=v.sha256,
+        rows=v.rows,
+        bytes=v.bytes,
+        format=v.format,
+        has_images=v.has_images,
+        aliases=[a for a, n in aliases if n == v.version],
+        blob=v.blob,
+        created_at=v.created_at,
+    )
 
 
 def _no_dataset(session: Session, ref: Ref) -> str:

@@ -12,6 +12,14 @@ from typing import Any, Literal
 from sqlalchemy import desc, select
 from sqlalchemy.orm import Session, object_session
 
+from akka_training.api.evaluations import (
+    EvaluationDryRun,
+    EvaluationRecord,
+    EvaluationSamples,
+    MetricValue,
+)
+from akka_training.api.evaluations import EvaluationSource as SourceRecord
+from akka_training.api.tasks import TaskProgress
 from akka_training.core import blobkeys
 from akka_training.core.errors import AkkaError, NotFound, PlanRefused, Problem
 from akka_training.core.evaluations import (
@@ -20,6 +28,9 @@ from akka_training.core.evaluations import (
     EvaluationPlan,
     EvaluationResult,
     parse_evaluation,
+)
+from akka_training.core.evaluations import (
+    MetricValue as MetricResult,
 )
 from akka_training.core.phases import Phase
 from akka_training.core.plans import RuleTerm
@@ -56,7 +67,7 @@ class Checked:
 
 def start(
     session: Session, ctx: AppContext, principal: Principal, document: Any, dry_run: bool
-) -> dict[str, Any]:
+) -> EvaluationRecord | EvaluationDryRun:
     """A new evaluation (PENDING), or with `dry_run` its resolved parameters; `PlanRefused`
     with every problem."""
     if not isinstance(document, dict):
@@ -66,8 +77,8 @@ def start(
     if dry_run or ctx.telemetry is None:
         checked = check(session, ctx, principal, plan, evaluation_id)
         if dry_run:
-            return {"dryRun": True, "resolved": checked.params.to_json()}
-        return evaluation_json(create(session, plan, checked, evaluation_id, None))
+            return EvaluationDryRun(dry_run=True, resolved=checked.params.to_json())
+        return evaluation_record(create(session, plan, checked, evaluation_id, None))
     attributes = {names.PROJECT: plan.project, names.EVALUATION_ID: evaluation_id}
     with ctx.telemetry.operation("evaluation.submit", **attributes) as span:
         checked = check(session, ctx, principal, plan, evaluation_id)
@@ -75,7 +86,7 @@ def start(
         task = create(session, plan, checked, evaluation_id, None)
         # The job's spans join this one's trace (its root span is a child of this span).
         task.traceparent = ctx.telemetry.traceparent()
-        return evaluation_json(task)
+        return evaluation_record(task)
 
 
 def create(
@@ -149,29 +160,29 @@ def check(
 
 def list_evaluations(
     session: Session, principal: Principal, project: str | None, limit: int
-) -> list[dict[str, Any]]:
+) -> list[EvaluationRecord]:
     query = select(Task).where(Task.kind == EVALUATE).order_by(desc(Task.created_at)).limit(limit)
     if project:
         principal.require(project)
         query = query.where(Task.project == project)
     elif principal.projects is not None:
         query = query.where(Task.project.in_(principal.projects))
-    return [evaluation_json(t) for t in session.scalars(query)]
+    return [evaluation_record(t) for t in session.scalars(query)]
 
 
-def get(session: Session, ctx: AppContext, principal: Principal, ref: str) -> dict[str, Any]:
+def get(session: Session, ctx: AppContext, principal: Principal, ref: str) -> EvaluationRecord:
     task = evaluation_for(session, principal, ref)
-    answer = evaluation_json(task)
+    answer = evaluation_record(task)
     claim = task_claim(session, task.id)
     if claim is not None and claim.state == ClaimState.QUEUED:
-        answer["queue"] = claim_queue(session, ctx, claim)
+        answer.queue = claim_queue(session, ctx, claim)
     return answer
 
 
-def cancel(session: Session, principal: Principal, ref: str) -> dict[str, Any]:
+def cancel(session: Session, principal: Principal, ref: str) -> EvaluationRecord:
     task = evaluation_for(session, principal, ref)
     tasks.cancel(session, principal, task.id)
-    return evaluation_json(task)
+    return evaluation_record(task)
 
 
 def samples(
@@ -182,7 +193,7 @@ def samples(
     order: Order,
     metric: str | None,
     limit: int,
-) -> dict[str, Any]:
+) -> EvaluationSamples:
     """The evaluation's scored samples, worst (or best) first by their score or by one
     metric's value."""
     task = evaluation_for(session, principal, ref)
@@ -204,7 +215,7 @@ def samples(
         return float(row["values"].get(metric, 0.0)) if metric else float(row["score"])
 
     rows.sort(key=key, reverse=order == "best")
-    return {"evaluation": task.id, "order": order, "total": len(rows), "samples": rows[:limit]}
+    return EvaluationSamples(evaluation=task.id, order=order, total=len(rows), samples=rows[:limit])
 
 
 def evaluation_for(session: Session, principal: Principal, ref: str) -> Task:
@@ -223,36 +234,49 @@ def evaluation_for(session: Session, principal: Principal, ref: str) -> Task:
     return task
 
 
-def evaluation_json(task: Task) -> dict[str, Any]:
+def evaluation_record(task: Task) -> EvaluationRecord:
     params = EvaluateParams.model_validate(task.params)
     result = EvaluationResult.model_validate(task.result) if task.result else None
     session = object_session(task)
     claim = task_claim(session, task.id) if session is not None else None
-    return {
-        "id": task.id,
-        "project": task.project,
-        "name": params.name,
-        "state": task.state,
-        "requested": task.requested,
-        "baseModel": params.base_model.id,
-        "source": params.source.to_json() if params.source else None,
-        "dataset": params.dataset_ref,
-        "generation": params.generation.to_json(),
-        "metricsPlanned": [m.to_json() for m in params.metrics],
-        "metrics": [m.to_json() for m in result.metrics] if result else None,
-        "sampleCount": result.sample_count if result else None,
-        "prompts": result.prompts if result else None,
-        "pool": task.pool,
-        "gpus": params.gpus,
-        "claim": claim.state if claim is not None else None,
-        "queue": None,
-        "progress": task.progress,
-        "failure": task.failure,
-        "failureDetail": task.last_error if task.state == TaskState.FAILED else None,
-        "createdAt": task.created_at.isoformat(),
-        "startedAt": task.started_at.isoformat() if task.started_at else None,
-        "endedAt": task.ended_at.isoformat() if task.ended_at else None,
-    }
+    source = params.source
+    return EvaluationRecord(
+        id=task.id,
+        project=task.project,
+        name=params.name,
+        state=task.state,
+        requested=task.requested,
+        base_model=params.base_model.id,
+        source=SourceRecord(run=source.run, snapshot=source.snapshot) if source else None,
+        dataset=params.dataset_ref,
+        generation=params.generation.to_json(),
+        metrics_planned=[m.to_json() for m in params.metrics],
+        metrics=[_metric(m) for m in result.metrics] if result else None,
+        sample_count=result.sample_count if result else None,
+        prompts=result.prompts if result else None,
+        pool=task.pool,
+        gpus=params.gpus,
+        claim=claim.state if claim is not None else None,
+        queue=None,
+        progress=TaskProgress.model_validate(task.progress) if task.progress else None,
+        failure=task.failure,
+        failure_detail=task.last_error if task.state == TaskState.FAILED else None,
+        created_at=task.created_at,
+        started_at=task.started_at,
+        ended_at=task.ended_at,
+    )
+
+
+def _metric(m: MetricResult) -> MetricValue:
+    return MetricValue(
+        name=m.name,
+        kind=m.kind,
+        mean=m.mean,
+        low=m.low,
+        high=m.high,
+        stderr=m.stderr,
+        count=m.count,
+    )
 
 
 # --- resolving -----------------------------------------------------------------------------------

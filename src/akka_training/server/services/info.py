@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from akka_training import __version__
+from akka_training.api.system import Health, Info
 from akka_training.config.settings import Settings
 from akka_training.core.errors import ServiceUnavailable
 from akka_training.deployment.context import AppContext
@@ -29,7 +28,7 @@ def _telemetry_row(settings: Settings) -> str:
     return f"{service}; {jobs}" + (f"; MLflow at {tracking}" if tracking else "")
 
 
-def info(ctx: AppContext) -> dict[str, Any]:
+def info(ctx: AppContext) -> Info:
     settings = ctx.settings
     db = ctx.db.url
     database = "sqlite" if db.startswith("sqlite") else ctx.db.dialect
@@ -40,22 +39,22 @@ def info(ctx: AppContext) -> dict[str, Any]:
     startup = f"ready in {ctx.startup_seconds:.1f} s"
     if ctx.startup_note:
         startup += f" ({ctx.startup_note})"
-    return {
-        "version": __version__,
-        "engine": ctx.engine,
-        "backend": ctx.backend.name,
-        "database": database,
-        "storage": ctx.blobs.url,
-        "telemetry": _telemetry_row(settings),
-        "startup": startup,
-        "imageTextReinforcement": ctx.image_text_rl,
-        "datasetsMaxBytes": settings.trainer.datasets.max_bytes,
-        "pools": ctx.pool_names,
-        "defaultPool": ctx.default_pool,
-    }
+    return Info(
+        version=__version__,
+        engine=ctx.engine,
+        backend=ctx.backend.name,
+        database=database,
+        storage=ctx.blobs.url,
+        telemetry=_telemetry_row(settings),
+        startup=startup,
+        image_text_reinforcement=ctx.image_text_rl,
+        datasets_max_bytes=settings.trainer.datasets.max_bytes,
+        pools=ctx.pool_names,
+        default_pool=ctx.default_pool,
+    )
 
 
-def ready(db: Session) -> dict[str, str]:
+def ready(db: Session) -> Health:
     try:
         db.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
@@ -63,4 +62,4 @@ def ready(db: Session) -> dict[str, str]:
             f"The database does not answer ({type(exc).__name__}); check trainer.database.url "
             "and the database server."
         ) from None
-    return {"status": "ok"}
+    return Health(status="ok")

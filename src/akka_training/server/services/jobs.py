@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from akka_training.api.jobs import REPORTS
+from akka_training.api.jobs import REPORTS, Directive
 from akka_training.core.errors import Conflict, Forbidden, InvalidRequest, PlanRefused, Problem
 from akka_training.core.failures import FailureReason
-from akka_training.core.monitors import WATCHED
+from akka_training.core.figures import Figures
 from akka_training.core.parsing import parse_model
 from akka_training.core.phases import TERMINAL, Phase, RuleName, can
 from akka_training.core.reports import (
@@ -42,7 +42,7 @@ def handle(
     attempt_no: int,
     kind: str,
     body: dict[str, Any],
-) -> dict[str, str]:
+) -> Directive:
     if principal.kind != "job" or principal.run_id != run_id or principal.attempt != attempt_no:
         raise Forbidden("This token reports for another run or attempt.")
     model = REPORTS.get(kind)
@@ -70,7 +70,7 @@ def handle(
         # The attempt has ended: its token reports nothing more (a retry of this same report
         # is answered as for an attempt that is no longer current).
         revoke_attempt_tokens(session, run_id, attempt_no, now)
-    return {"action": directive(run)}
+    return Directive(action=directive(run))
 
 
 def _unbatched(batch: BatchReport) -> list[tuple[str, Any]]:
@@ -160,12 +160,13 @@ def _step(t: _Taking, r: StepReport) -> None:
     # A step of a new attempt replaces what an earlier attempt reported for the same step
     # (after a pause at the latest snapshot): the run's figures count the step once.
     row = t.steps.get(r.step)
-    totals = dict((run.summary or {}).get("totals") or {})
+    replaced = None
     if row is None:
         row = t.steps[r.step] = Step(run_id=run.id, step=r.step)
         session.add(row)
     else:  # kept before (or earlier in this request): its figures stop counting
-        totals = step_totals(totals, row.metrics, sign=-1)
+        replaced = Figures.of(row.metrics)
+    figures = Figures.of(r.metrics)
     at = _ended_at(attempt, r, now)
     row.attempt, row.metrics, row.created_at = attempt.number, r.metrics, at
     run.observed_step = r.step
@@ -175,13 +176,8 @@ def _step(t: _Taking, r: StepReport) -> None:
     if run.stalled_since is not None:
         event(session, run.id, "stall", f"steps resumed at step {r.step}")
     run.stalled_since = None
-    totals = step_totals(totals, r.metrics, sign=1)
-    run.summary = {**_summary(run.summary or {}, r.metrics, run.method), **run_figures(totals)}
-    run.summary["totals"] = totals
-    run.memory = _memory(run.memory, r.step, r.metrics)
-    health = {k: v for k, v in r.metrics.items() if k in WATCHED or k.startswith("health/")}
-    if health:
-        run.summary["health"] = {"step": r.step, "figures": health}
+    run.summary = run.summary.with_step(r.step, figures, run.method, replaced)
+    run.memory = _memory(run.memory, r.step, figures)
     if run.phase == Phase.PREPARING:
         move(session, run, RuleName.START_TRAINING, now=now)
     if r.pause is not None:
@@ -202,7 +198,7 @@ def _monitor_pause(session: Session, run: Run, r: StepReport, now: datetime) -> 
     """A monitor of the job tripped: the run pauses as with ``--checkpoint save`` (the job
     has saved at this step and stops), unless the user asked for something already."""
     assert r.pause is not None
-    run.summary = {**(run.summary or {}), "monitorPause": r.pause.to_json()}
+    run.summary = run.summary.with_pause(r.pause)
     event(session, run.id, "monitor", r.pause.reason, r.pause.to_json())
     if run.requested is None and can(run.phase, RuleName.REQUEST_PAUSE):
         move(session, run, RuleName.REQUEST_PAUSE, request=Request.PAUSE_SAVE, now=now)
@@ -256,8 +252,7 @@ def _finished(t: _Taking, r: FinishedReport) -> None:
     run.observed_step = max(run.observed_step, r.step)
     if r.adapter_modules:
         run.adapter_modules = r.adapter_modules
-    if r.summary:
-        run.summary = {**(run.summary or {}), **r.summary}
+    run.summary = run.summary.with_end(r.summary)
     if can(run.phase, RuleName.COMPLETE):
         move(session, run, RuleName.COMPLETE, now=now)
 
@@ -281,74 +276,11 @@ def _failed(t: _Taking, r: FailedReport) -> None:
         move(session, run, RuleName.FAIL, reason=reason, detail=r.detail, now=now)
 
 
-def _summary(summary: dict[str, Any], metrics: dict[str, float], method: str) -> dict[str, Any]:
-    out = dict(summary)
-    if "loss" in metrics and method == "sft":
-        out["loss"] = metrics["loss"]
-    if "reward/mean" in metrics:
-        out["reward"] = metrics["reward/mean"]
-        out.setdefault("firstReward", metrics["reward/mean"])
-    if "eval_loss" in metrics:
-        out["evalLoss"] = metrics["eval_loss"]
-    return out
-
-
-def step_totals(totals: dict[str, float], metrics: dict[str, Any], sign: int) -> dict[str, float]:
-    """The run's sums over the steps it kept, with one step's figures added (`sign` 1) or
-    taken away (-1, a step that was trained again):
-
-    - ``tokens`` and ``seconds`` (``timing/step``): throughput is tokens / training time.
-    - ``flopSeconds`` (each step's MFU x the time it was measured over, ``timing/update`` or
-      ``timing/step``) and ``mfuSeconds`` (that time): MFU is FLOPs / (time x peak), which is
-      flopSeconds / mfuSeconds for one device peak.
-    - ``realTokens`` and ``slots`` (real tokens / (1 - padding share)): the padding share is
-      1 - realTokens / slots.
-    """
-    out = dict(totals)
-
-    def add(key: str, value: float) -> None:
-        out[key] = out.get(key, 0.0) + sign * value
-
-    tokens = _number(metrics.get("tokens"))
-    seconds = _number(metrics.get("timing/step"))
-    if tokens is not None and seconds is not None:
-        add("tokens", tokens)
-        add("seconds", seconds)
-    mfu = _number(metrics.get("mfu"))
-    measured = _number(metrics.get("timing/update", metrics.get("timing/step")))
-    if mfu is not None and measured is not None:
-        add("flopSeconds", mfu * measured)
-        add("mfuSeconds", measured)
-    share = _number(metrics.get("padding_share"))
-    if share is not None and tokens is not None and share < 1:
-        add("realTokens", tokens)
-        add("slots", tokens / (1.0 - share))
-    return out
-
-
-def run_figures(totals: dict[str, float]) -> dict[str, float | None]:
-    """Throughput, MFU and padding share of the run, from `step_totals`."""
-
-    def ratio(num: str, den: str) -> float | None:
-        d = totals.get(den, 0.0)
-        return totals.get(num, 0.0) / d if d > 1e-12 else None
-
-    padding = ratio("realTokens", "slots")
-    return {
-        "tokensPerSecond": ratio("tokens", "seconds"),
-        "mfu": ratio("flopSeconds", "mfuSeconds"),
-        "paddingShare": None if padding is None else max(0.0, 1.0 - padding),
-    }
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) else None
-
-
 def _memory(
-    current: dict[str, Any] | None, step: int, metrics: dict[str, float]
-) -> dict[str, Any] | None:
-    figures = {k.removeprefix("memory/"): v for k, v in metrics.items() if k.startswith("memory/")}
+    current: dict[str, float] | None, step: int, step_figures: Figures
+) -> dict[str, float] | None:
+    """What `runs.memory` keeps: the memory split of the step that reserved the most."""
+    figures = step_figures.memory()
     if not figures:
         return current
     # The split of the step that reserved the most (the host peak where there is no device).

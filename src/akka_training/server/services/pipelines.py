@@ -17,6 +17,14 @@ from sqlalchemy import desc, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from akka_training.api.pipelines import Pipeline as PipelineRecord
+from akka_training.api.pipelines import (
+    PipelineDryRun,
+    PipelineEndLine,
+    PipelineProgressLine,
+    PipelineStage,
+    StageCheck,
+)
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, PlanRefused, Problem
 from akka_training.core.parsing import parse_plan, salvage
 from akka_training.core.phases import TERMINAL, Phase
@@ -24,7 +32,7 @@ from akka_training.core.plans import RL_METHODS, EvaluateStage, PipelinePlan, Tr
 from akka_training.core.refs import stage_of, valid_name
 from akka_training.core.rules import IllegalTransition
 from akka_training.core.states import PIPELINE_RULES, PipelineRule, PipelineState, TaskState
-from akka_training.core.validation import Checked, validate
+from akka_training.core.validation import validate
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
 from akka_training.server.services import evaluations, stage_evaluations
@@ -36,7 +44,7 @@ from akka_training.server.services.plans import (
     check_run,
     resolve_run,
 )
-from akka_training.server.services.run_views import run_json
+from akka_training.server.services.run_views import run_summary
 from akka_training.server.services.stage_outputs import stage_output_dataset
 from akka_training.storage.ids import new_id
 from akka_training.storage.models import Pipeline, Run
@@ -47,7 +55,7 @@ log = logging.getLogger(__name__)
 
 def start(
     session: Session, ctx: AppContext, principal: Principal, document: dict[str, Any], dry_run: bool
-) -> dict[str, Any]:
+) -> PipelineRecord | PipelineDryRun:
     try:
         plan = parse_plan(document)
     except PlanRefused as refused:
@@ -64,10 +72,10 @@ def start(
             )
         )
         if existing is not None:
-            return {**pipeline_json(session, ctx, existing), "existing": True}
+            return pipeline_record(session, ctx, existing, existing=True)
     stages = check_stages(session, ctx, principal, plan)
     if dry_run:
-        return {"dryRun": True, "project": plan.project, "stages": stages}
+        return PipelineDryRun(dry_run=True, project=plan.project, stages=stages)
     pipeline = Pipeline(
         id=new_id("p"),
         project=plan.project,
@@ -83,12 +91,12 @@ def start(
     except IntegrityError as exc:
         raise Conflict("A pipeline with this submissionId is being started.") from exc
     advance(session, ctx, pipeline)
-    return pipeline_json(session, ctx, pipeline)
+    return pipeline_record(session, ctx, pipeline)
 
 
 def check_stages(
     session: Session, ctx: AppContext, principal: Principal, plan: PipelinePlan
-) -> list[dict[str, Any]]:
+) -> list[StageCheck]:
     """Check every stage; the resolved settings of each stage whose dataset is registered.
     Raises `PlanRefused` with every problem of every stage."""
     problems: list[Problem] = []
@@ -122,7 +130,7 @@ def check_stages(
         checked, pins = check_run(session, ctx, principal, stage.as_run_plan(plan.project), binding)
         for p in validate(checked):
             problems.append(Problem(f"stages[{i}].{p.field}", f"stage {stage.name}: {p.message}"))
-        entry: dict[str, Any] = {"name": stage.name, "type": stage.type}
+        entry = StageCheck(name=stage.name, type=stage.type)
         from_stage = checked.dataset_from_stage
         if from_stage is not None:
             producer = next(s for s in plan.stages if s.name == from_stage)
@@ -136,16 +144,16 @@ def check_stages(
                     )
                 )
         if from_stage is not None:
-            entry["omitted"] = (
+            entry.omitted = (
                 f"trains on the output of stage {from_stage}, which has no registered dataset "
                 "to resolve until that stage runs"
             )
         source_stage = stage_of(stage.source.run) if stage.source else None
         if source_stage:
-            entry["sourceStage"] = source_stage
+            entry.source_stage = source_stage
         out.append(entry)
         if from_stage is None and "dataset" in pins and not problems:
-            entry["settings"] = _stage_settings(ctx, checked, pins)
+            entry.settings = build_settings(ctx, checked, pins).settings.to_json()
     if problems:
         raise PlanRefused(problems, what="pipeline")
     return out
@@ -176,10 +184,6 @@ def _every_problem(
         if extra:
             return PlanRefused([*refused.all_problems, *extra], what="pipeline")
     return refused
-
-
-def _stage_settings(ctx: AppContext, checked: Checked, pins: dict[str, object]) -> dict[str, Any]:
-    return build_settings(ctx, checked, pins).settings.to_json()
 
 
 def advance(session: Session, ctx: AppContext, pipeline: Pipeline) -> None:
@@ -318,23 +322,23 @@ def latest_stage_run(session: Session, pipeline_id: str, stage: str) -> Run | No
     )
 
 
-def get(session: Session, ctx: AppContext, principal: Principal, ref: str) -> dict[str, Any]:
-    return pipeline_json(session, ctx, pipeline_for(session, principal, ref))
+def get(session: Session, ctx: AppContext, principal: Principal, ref: str) -> PipelineRecord:
+    return pipeline_record(session, ctx, pipeline_for(session, principal, ref))
 
 
 def list_pipelines(
     session: Session, ctx: AppContext, principal: Principal, project: str | None
-) -> list[dict[str, Any]]:
+) -> list[PipelineRecord]:
     query = select(Pipeline).order_by(desc(Pipeline.created_at)).limit(200)
     if project:
         principal.require(project)
         query = query.where(Pipeline.project == project)
     elif principal.projects is not None:
         query = query.where(Pipeline.project.in_(principal.projects))
-    return [pipeline_json(session, ctx, p) for p in session.scalars(query)]
+    return [pipeline_record(session, ctx, p) for p in session.scalars(query)]
 
 
-def cancel(session: Session, ctx: AppContext, principal: Principal, ref: str) -> dict[str, Any]:
+def cancel(session: Session, ctx: AppContext, principal: Principal, ref: str) -> PipelineRecord:
     pipeline = locked_pipeline_for(session, principal, ref)
     if pipeline.state != PipelineState.RUNNING:
         raise Conflict(f"Pipeline {pipeline.id} is already {pipeline.state}.")
@@ -346,10 +350,10 @@ def cancel(session: Session, ctx: AppContext, principal: Principal, ref: str) ->
         if task is not None and task.state in (TaskState.PENDING, TaskState.RUNNING):
             evaluations.cancel(session, principal, task.id)
     _end(session, pipeline, PipelineRule.CANCEL, "cancelled by request")
-    return pipeline_json(session, ctx, pipeline)
+    return pipeline_record(session, ctx, pipeline)
 
 
-def resume(session: Session, ctx: AppContext, principal: Principal, ref: str) -> dict[str, Any]:
+def resume(session: Session, ctx: AppContext, principal: Principal, ref: str) -> PipelineRecord:
     """Run a failed or cancelled pipeline again from the stage that did not complete: a paused
     stage resumes, a failed or cancelled one runs again as a new run (the old run stays in the
     record). Stages that completed keep their runs."""
@@ -386,7 +390,7 @@ def resume(session: Session, ctx: AppContext, principal: Principal, ref: str) ->
         break
     else:
         _end(session, pipeline, PipelineRule.COMPLETE, None)
-    return pipeline_json(session, ctx, pipeline)
+    return pipeline_record(session, ctx, pipeline)
 
 
 def wait_lines(
@@ -406,59 +410,68 @@ def _wait_lines(ctx: AppContext, pipeline_id: str, timeout: float | None) -> Ite
         with ctx.db.session() as session:
             row = session.get(Pipeline, pipeline_id)
             assert row is not None
-            body = pipeline_json(session, ctx, row)
-        stages = [(s["name"], s["run"], s["phase"]) for s in body["stages"]]
-        ended = body["state"] != "RUNNING"
+            body = pipeline_record(session, ctx, row)
+        stages = [(s.name, s.run, s.phase) for s in body.stages]
+        ended = body.state != "RUNNING"
         timed_out = deadline is not None and time.monotonic() > deadline
         if ended or timed_out:
-            item = {"type": "pipeline", "timedOut": timed_out and not ended, "pipeline": body}
-            yield (json.dumps(item) + "\n").encode()
+            end = PipelineEndLine(type="pipeline", timed_out=timed_out and not ended, pipeline=body)
+            yield _line(end)
             return
         if stages != last:
             last = stages
-            yield (json.dumps({"type": "progress", "pipeline": body}) + "\n").encode()
+            yield _line(PipelineProgressLine(type="progress", pipeline=body))
         time.sleep(0.5)
 
 
-def pipeline_json(session: Session, ctx: AppContext, pipeline: Pipeline) -> dict[str, Any]:
+def _line(item: PipelineProgressLine | PipelineEndLine) -> bytes:
+    # json.dumps of the JSON dump, as `runs wait` writes its lines.
+    return (json.dumps(item.to_json()) + "\n").encode()
+
+
+def pipeline_record(
+    session: Session, ctx: AppContext, pipeline: Pipeline, existing: bool = False
+) -> PipelineRecord:
+    """The pipeline with each stage's latest run; `existing`: the answer to a resubmission."""
     plan = PipelinePlan.model_validate(pipeline.plan)
     stages = []
     for stage in plan.stages:
         if isinstance(stage, EvaluateStage):
             task = stage_evaluations.latest(session, pipeline.id, stage.name)
             stages.append(
-                {
-                    "name": stage.name,
-                    "type": stage.type,
-                    "method": "evaluate",
-                    "run": task.id if task else None,
-                    "phase": task.state if task else "WAITING",
-                    "progress": None,
-                }
+                PipelineStage(
+                    name=stage.name,
+                    type=stage.type,
+                    method="evaluate",
+                    run=task.id if task else None,
+                    phase=task.state if task else "WAITING",
+                    progress=None,
+                )
             )
             continue
         run = latest_stage_run(session, pipeline.id, stage.name)
         stages.append(
-            {
-                "name": stage.name,
-                "type": stage.type,
-                "method": stage.config.method,
-                "run": run.id if run else None,
-                "phase": run.phase if run else "WAITING",
-                "progress": run_json(session, ctx, run, brief=True)["progress"] if run else None,
-            }
+            PipelineStage(
+                name=stage.name,
+                type=stage.type,
+                method=stage.config.method,
+                run=run.id if run else None,
+                phase=run.phase if run else "WAITING",
+                progress=run_summary(run).progress if run else None,
+            )
         )
-    return {
-        "id": pipeline.id,
-        "project": pipeline.project,
-        "name": pipeline.name,
-        "description": pipeline.description,
-        "state": pipeline.state,
-        "failure": pipeline.failure,
-        "createdAt": pipeline.created_at.isoformat(),
-        "endedAt": pipeline.ended_at.isoformat() if pipeline.ended_at else None,
-        "stages": stages,
-    }
+    return PipelineRecord(
+        id=pipeline.id,
+        project=pipeline.project,
+        name=pipeline.name,
+        description=pipeline.description,
+        state=pipeline.state,
+        failure=pipeline.failure,
+        created_at=pipeline.created_at,
+        ended_at=pipeline.ended_at,
+        stages=stages,
+        existing=existing,
+    )
 
 
 def _end(session: Session, pipeline: Pipeline, rule: PipelineRule, failure: str | None) -> None:

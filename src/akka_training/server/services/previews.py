@@ -9,6 +9,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from akka_training.api.pipelines import PipelineDryRun
+from akka_training.api.regrades import PipelinePreview, StagePreview
+from akka_training.api.runs import DryRun
+from akka_training.api.tasks import TaskRecord
 from akka_training.core.errors import InvalidRequest
 from akka_training.core.parsing import parse_plan
 from akka_training.core.plans import RL_METHODS, PipelinePlan, TrainStage
@@ -22,54 +26,54 @@ from akka_training.storage.models import Task
 
 def start(
     session: Session, ctx: AppContext, principal: Principal, document: dict[str, Any], rows: int
-) -> dict[str, Any]:
+) -> TaskRecord:
     checked = runs.start(session, ctx, principal, document, dry_run=True)
-    settings = Settings.model_validate(checked["settings"])
+    assert isinstance(checked, DryRun)
+    settings = Settings.model_validate(checked.settings)
     reward = settings.config.reward
     if reward is None or not reward.terms:
         raise InvalidRequest(
             f"A {settings.method} plan has no reward terms to preview: --preview scores the "
             "reward of a grpo or gspo plan."
         )
-    return tasks.task_json(_submit(session, ctx, settings, rows))
+    return tasks.task_record(_submit(session, ctx, settings, rows))
 
 
 def start_pipeline(
     session: Session, ctx: AppContext, principal: Principal, document: dict[str, Any], rows: int
-) -> dict[str, Any]:
+) -> PipelinePreview:
     """Check the pipeline as a dry run, then one preview task per grpo or gspo stage whose
     settings resolve (its dataset is registered); the other train stages say why they are not
     previewed. Refused when no stage can be."""
     checked = pipelines.start(session, ctx, principal, document, dry_run=True)
+    assert isinstance(checked, PipelineDryRun)
     plan = parse_plan(document)  # it parsed in the dry run
     assert isinstance(plan, PipelinePlan)
     methods = {s.name: s.config.method for s in plan.stages if isinstance(s, TrainStage)}
-    stages: list[dict[str, Any]] = []
-    for stage in checked["stages"]:
-        if stage["type"] != "train":
+    stages: list[StagePreview] = []
+    for stage in checked.stages:
+        if stage.type != "train":
             continue
-        entry: dict[str, Any] = {"name": stage["name"]}
-        raw = stage.get("settings")
-        method = methods[stage["name"]]
-        entry["method"] = method
+        method = methods[stage.name]
+        entry = StagePreview(name=stage.name, method=method)
         if method not in RL_METHODS:
-            entry["omitted"] = f"is a {method} stage: it has no reward terms"
-        elif raw is None:
-            entry["omitted"] = stage.get("omitted") or "has no registered dataset to resolve"
+            entry.omitted = f"is a {method} stage: it has no reward terms"
+        elif stage.settings is None:
+            entry.omitted = stage.omitted or "has no registered dataset to resolve"
         else:
-            settings = Settings.model_validate(raw)
+            settings = Settings.model_validate(stage.settings)
             if settings.config.reward is None or not settings.config.reward.terms:
-                entry["omitted"] = "has no reward terms"
+                entry.omitted = "has no reward terms"
             else:
-                entry["task"] = tasks.task_json(_submit(session, ctx, settings, rows))
+                entry.task = tasks.task_record(_submit(session, ctx, settings, rows))
         stages.append(entry)
-    if not any("task" in s for s in stages):
-        reasons = "; ".join(f"stage {s['name']} {s['omitted']}" for s in stages)
+    if not any(s.task is not None for s in stages):
+        reasons = "; ".join(f"stage {s.name} {s.omitted}" for s in stages)
         raise InvalidRequest(
             "The pipeline has no grpo or gspo stage to preview: --preview scores the reward of "
             f"a reinforcement stage whose dataset is registered ({reasons})."
         )
-    return {"stages": stages}
+    return PipelinePreview(stages=stages)
 
 
 def _submit(session: Session, ctx: AppContext, settings: Settings, rows: int) -> Task:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from akka_training.api.projects import Member, ProjectDetail
+from akka_training.api.projects import Project as ProjectRecord
 from akka_training.config.settings import ProjectQuota
 from akka_training.core.errors import Conflict, InvalidRequest, NotFound
 from akka_training.core.refs import valid_name
@@ -21,7 +21,7 @@ def create_project(
     name: str,
     quota: int | None,
     description: str | None = None,
-) -> dict[str, Any]:
+) -> ProjectRecord:
     principal.require_admin()
     if not valid_name(name):
         raise InvalidRequest(
@@ -33,17 +33,17 @@ def create_project(
     project = Project(name=name, quota=quota, description=description)
     session.add(project)
     session.flush()
-    return project_json(session, project)
+    return project_record(session, project)
 
 
 def set_quota(
     session: Session, principal: Principal, name: str, quota: int | None
-) -> dict[str, Any]:
+) -> ProjectRecord:
     principal.require_admin()
     project = get_project_row(session, name)
     _check_quota(quota)
     project.quota = quota
-    return project_json(session, project)
+    return project_record(session, project)
 
 
 def _check_quota(quota: int | None) -> None:
@@ -51,24 +51,23 @@ def _check_quota(quota: int | None) -> None:
         raise InvalidRequest("A quota is a number of devices, 0 or more.")
 
 
-def list_projects(session: Session, principal: Principal) -> list[dict[str, Any]]:
+def list_projects(session: Session, principal: Principal) -> list[ProjectRecord]:
     rows = session.scalars(select(Project).order_by(Project.name))
-    return [project_json(session, p) for p in rows if principal.can(p.name)]
+    return [project_record(session, p) for p in rows if principal.can(p.name)]
 
 
-def get_project(session: Session, principal: Principal, name: str) -> dict[str, Any]:
+def get_project(session: Session, principal: Principal, name: str) -> ProjectDetail:
     principal.require(name)
     project = get_project_row(session, name)
-    body = project_json(session, project)
-    members = session.scalars(
+    tokens = session.scalars(
         select(Token).where(Token.kind.in_(("admin", "project")), Token.revoked_at.is_(None))
     )
-    body["members"] = [
-        {"token": t.id, "name": t.name, "kind": t.kind}
-        for t in members
+    members = [
+        Member(token=t.id, name=t.name, kind=t.kind)
+        for t in tokens
         if t.kind == "admin" or name in (t.projects or [])
     ]
-    return body
+    return ProjectDetail(**dict(project_record(session, project)), members=members)
 
 
 def get_project_row(session: Session, name: str) -> Project:
@@ -103,13 +102,13 @@ def held_devices(session: Session, project: str) -> tuple[int, int]:
     return int(held or 0), int(queued or 0)
 
 
-def project_json(session: Session, project: Project) -> dict[str, Any]:
+def project_record(session: Session, project: Project) -> ProjectRecord:
     held, queued = held_devices(session, project.name)
-    return {
-        "name": project.name,
-        "description": project.description,
-        "quota": project.quota,
-        "held": held,
-        "queued": queued,
-        "createdAt": project.created_at.isoformat(),
-    }
+    return ProjectRecord(
+        name=project.name,
+        description=project.description,
+        quota=project.quota,
+        held=held,
+        queued=queued,
+        created_at=project.created_at,
+    )

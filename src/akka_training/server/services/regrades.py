@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from akka_training.api.tasks import TaskRecord
 from akka_training.core.errors import Conflict, InvalidRequest, PlanRefused, Problem
 from akka_training.core.parsing import problems_of
 from akka_training.core.plans import RL_METHODS, Reward, RuleTerm
@@ -32,7 +33,7 @@ def start(
     reward_document: dict[str, Any],
     from_step: int | None,
     to_step: int | None,
-) -> dict[str, Any]:
+) -> TaskRecord:
     """Submit a regrade of the run's kept rollouts (steps `from_step` to `to_step`, both
     included; all when None); the task."""
     run = run_for(session, principal, run_ref)
@@ -81,7 +82,7 @@ def start(
         params=params.to_json(),
         run_id=run.id,
     )
-    return tasks.task_json(task)
+    return tasks.task_record(task)
 
 
 def _reward(

@@ -9,6 +9,22 @@ from typing import Any
 from sqlalchemy import desc, func, select
 from sqlalchemy.orm import Session
 
+from akka_training.api.runs import (
+    Cost,
+    DataFit,
+    Failure,
+    Health,
+    HealthMonitor,
+    MemorySplit,
+    MonitorPause,
+    Progress,
+    Queue,
+    Results,
+    RunRecord,
+    RunSource,
+    RunSummary,
+    Stalled,
+)
 from akka_training.core.failures import FailureReason, failure_text
 from akka_training.core.monitors import verdicts
 from akka_training.core.phases import TERMINAL, Phase
@@ -20,97 +36,104 @@ from akka_training.storage.models import Claim, Project, Run
 from akka_training.storage.transitions import held_until
 
 
-def run_json(session: Session, ctx: AppContext, run: Run, brief: bool = False) -> dict[str, Any]:
-    now = datetime.now(UTC)
-    summary = run.summary or {}
-    body: dict[str, Any] = {
-        "id": run.id,
-        "project": run.project,
-        "modelName": run.model_name,
-        "description": run.description,
-        "method": run.method,
-        "engine": run.engine,
-        "baseModel": run.base_model,
-        "dataset": run.dataset,
-        "phase": run.phase,
-        "phaseSince": run.phase_since.isoformat(),
-        "progress": {
-            "observedStep": run.observed_step,
-            "totalSteps": run.total_steps,
-            "savedStep": run.saved_step,
-        },
-        "attempt": run.attempt,
-        "requested": run.requested,
-        "pool": run.pool,
-        "gpus": run.gpus,
-        "createdAt": run.created_at.isoformat(),
-        "startedAt": run.started_at.isoformat() if run.started_at else None,
-        "endedAt": run.ended_at.isoformat() if run.ended_at else None,
-        "pipeline": run.pipeline_id,
-        "stage": run.stage,
-        "source": (
-            {"run": run.source_run, "snapshot": run.source_snapshot, "kind": run.source_kind}
+def run_summary(run: Run) -> RunSummary:
+    """The run as `runs list` shows it."""
+    return RunSummary(
+        id=run.id,
+        project=run.project,
+        model_name=run.model_name,
+        description=run.description,
+        method=run.method,
+        engine=run.engine,
+        base_model=run.base_model,
+        dataset=run.dataset,
+        phase=run.phase,
+        phase_since=run.phase_since,
+        progress=Progress(
+            observed_step=run.observed_step,
+            total_steps=run.total_steps,
+            saved_step=run.saved_step,
+        ),
+        attempt=run.attempt,
+        requested=run.requested,
+        pool=run.pool,
+        gpus=run.gpus,
+        created_at=run.created_at,
+        started_at=run.started_at,
+        ended_at=run.ended_at,
+        pipeline=run.pipeline_id,
+        stage=run.stage,
+        source=(
+            RunSource(run=run.source_run, snapshot=run.source_snapshot, kind=run.source_kind)
             if run.source_run
             else None
         ),
-        "failure": _failure(run),
-    }
-    if brief:
-        return body
-    body.update(
-        {
-            "results": {
-                "model": run.adapter,
-                "trainingLoss": summary.get("loss"),
-                "reward": summary.get("reward"),
-                "adapterModules": run.adapter_modules,
-            },
-            "dataFit": _data_fit(run),
-            "memory": run.memory,
-            "cost": _cost(session, run, now),
-            "queue": _queue(session, ctx, run) if run.phase == Phase.QUEUED else None,
-            "stalled": (
-                {"since": run.stalled_since.isoformat(), "dump": run.stall_dump}
-                if run.stalled_since
-                else None
-            ),
-            "settings": run.settings,
-        }
+        failure=_failure(run),
     )
-    health = _health(run)
-    if health is not None:  # an optional key (api.runs.RunRecord): absent when there is none
-        body["health"] = health
-    return body
 
 
-def _health(run: Run) -> dict[str, Any] | None:
+def run_record(session: Session, ctx: AppContext, run: Run, existing: bool = False) -> RunRecord:
+    """The run as `runs get` shows it; `existing`: the answer to a resubmission."""
+    now = datetime.now(UTC)
+    figures = run.summary
+    return RunRecord(
+        **dict(run_summary(run)),
+        results=Results(
+            model=run.adapter,
+            training_loss=figures.loss,
+            reward=figures.reward,
+            adapter_modules=run.adapter_modules,
+        ),
+        data_fit=_data_fit(run),
+        memory=MemorySplit.model_validate(run.memory) if run.memory is not None else None,
+        cost=_cost(session, run, now),
+        queue=_queue(session, ctx, run) if run.phase == Phase.QUEUED else None,
+        stalled=(
+            Stalled(since=run.stalled_since, dump=run.stall_dump) if run.stalled_since else None
+        ),
+        health=_health(run),
+        settings=run.settings,
+        existing=existing,
+    )
+
+
+def _health(run: Run) -> Health | None:
     """The latest step's monitor figures against their thresholds, and the pause a monitor
     caused (while the run is paused by it, and after, as the last one)."""
-    summary = run.summary or {}
-    latest = summary.get("health")
-    pause = summary.get("monitorPause")
+    latest, pause = run.summary.health, run.summary.monitor_pause
     if latest is None and pause is None:
         return None
     monitors = _monitors(run.settings)
-    figures = dict((latest or {}).get("figures") or {})
+    figures = dict(latest.figures) if latest is not None else {}
     rows = [
-        {
-            "monitor": v.spec.name,
-            "figure": v.spec.figure,
-            "value": v.value,
-            "threshold": v.threshold,
-            "direction": v.spec.direction,
-            "crossed": v.crossed,
-            "pausesRun": v.spec.name in monitors.pause_on,
-        }
+        HealthMonitor(
+            monitor=v.spec.name,
+            figure=v.spec.figure,
+            value=v.value,
+            threshold=v.threshold,
+            direction=v.spec.direction,
+            crossed=v.crossed,
+            pauses_run=v.spec.name in monitors.pause_on,
+        )
         for v in verdicts(figures, monitors)
     ]
-    return {
-        "step": (latest or {}).get("step"),
-        "monitors": rows,
-        "figures": figures,
-        "pause": pause,
-    }
+    return Health(
+        step=latest.step if latest is not None else None,
+        monitors=rows,
+        figures=figures,
+        pause=(
+            MonitorPause(
+                monitor=pause.monitor,
+                figure=pause.figure,
+                value=pause.value,
+                threshold=pause.threshold,
+                step=pause.step,
+                reason=pause.reason,
+            )
+            if pause is not None
+            else None
+        ),
+    )
 
 
 def _monitors(settings: dict[str, Any] | None) -> Monitors:
@@ -121,27 +144,26 @@ def _monitors(settings: dict[str, Any] | None) -> Monitors:
         return Monitors()  # settings of an older or newer service: the defaults
 
 
-def _failure(run: Run) -> dict[str, Any] | None:
+def _failure(run: Run) -> Failure | None:
     if not run.failure_code:
         return None
     try:
         reason = failure_text(FailureReason(run.failure_code), run.failure_detail, run.method)
     except ValueError:
         reason = run.failure_detail or run.failure_code
-    return {"code": run.failure_code, "reason": reason, "firstLine": reason.splitlines()[0]}
+    return Failure(code=run.failure_code, reason=reason, first_line=reason.splitlines()[0])
 
 
-def _data_fit(run: Run) -> dict[str, Any] | None:
+def _data_fit(run: Run) -> DataFit | None:
+    """How the data fit, as the job counted it, with the padding share its steps measured."""
     if run.data_fit is None:
         return None
-    fit = dict(run.data_fit)
-    padding = (run.summary or {}).get("paddingShare")
-    if padding is not None:
-        fit["paddingShare"] = padding
-    return fit
+    fit = DataFit.model_validate(run.data_fit)
+    padding = run.summary.padding_share
+    return fit if padding is None else fit.model_copy(update={"padding_share": padding})
 
 
-def _cost(session: Session, run: Run, now: datetime) -> dict[str, Any]:
+def _cost(session: Session, run: Run, now: datetime) -> Cost:
     phase_seconds = dict(run.phase_seconds or {})
     if Phase(run.phase) not in TERMINAL:
         phase_seconds[run.phase] = round(
@@ -156,17 +178,16 @@ def _cost(session: Session, run: Run, now: datetime) -> dict[str, Any]:
         until = held_until(run, now)
         gpu_seconds += max(0.0, (until - held.granted_at).total_seconds()) * held.devices
     end = run.ended_at or now
-    summary = run.summary or {}
-    return {
-        "gpuSeconds": round(gpu_seconds, 1),
-        "durationSeconds": round((end - run.created_at).total_seconds(), 1),
-        "phaseSeconds": phase_seconds,
-        "tokensPerSecond": summary.get("tokensPerSecond"),
-        "mfu": summary.get("mfu"),
-    }
+    return Cost(
+        gpu_seconds=round(gpu_seconds, 1),
+        duration_seconds=round((end - run.created_at).total_seconds(), 1),
+        phase_seconds=phase_seconds,
+        tokens_per_second=run.summary.tokens_per_second,
+        mfu=run.summary.mfu,
+    )
 
 
-def _queue(session: Session, ctx: AppContext, run: Run) -> dict[str, Any] | None:
+def _queue(session: Session, ctx: AppContext, run: Run) -> Queue | None:
     claim = session.scalar(
         select(Claim)
         .where(Claim.run_id == run.id, Claim.state == ClaimState.QUEUED)
@@ -175,7 +196,7 @@ def _queue(session: Session, ctx: AppContext, run: Run) -> dict[str, Any] | None
     return claim_queue(session, ctx, claim) if claim is not None else None
 
 
-def claim_queue(session: Session, ctx: AppContext, claim: Claim) -> dict[str, Any]:
+def claim_queue(session: Session, ctx: AppContext, claim: Claim) -> Queue:
     """Where a QUEUED claim (a run's or an evaluation's) stands in its pool, and what it waits
     for: its project's quota, claims ahead of it, free devices."""
     ahead = session.scalar(
@@ -201,12 +222,12 @@ def claim_queue(session: Session, ctx: AppContext, claim: Claim) -> dict[str, An
         waiting.append(f"{ahead} claim(s) ahead in pool {claim.pool}")
     if free < claim.devices:
         waiting.append(f"devices: needs {claim.devices}, pool {claim.pool} has {free} free")
-    return {
-        "position": int(ahead or 0) + 1,
-        "pool": claim.pool,
-        "devices": claim.devices,
-        "free": free,
-        "quota": project.quota if project else None,
-        "held": held,
-        "waitingFor": waiting or ["the controller's next pass"],
-    }
+    return Queue(
+        position=int(ahead or 0) + 1,
+        pool=claim.pool,
+        devices=claim.devices,
+        free=free,
+        quota=project.quota if project else None,
+        held=held,
+        waiting_for=waiting or ["the controller's next pass"],
+    )

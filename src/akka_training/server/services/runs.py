@@ -15,6 +15,21 @@ from sqlalchemy import desc, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from akka_training.api.runs import (
+    DryRun,
+    JobLogs,
+    Metrics,
+    RunEndLine,
+    RunEventLine,
+    RunProgressLine,
+    RunRecord,
+    RunSummary,
+    RunTree,
+    StepFigures,
+    TreeNode,
+    TreeOrigin,
+)
+from akka_training.api.runs import Snapshot as SnapshotRecord
 from akka_training.backends.base import ClusterUnreachable
 from akka_training.core.documents import deep_merge
 from akka_training.core.errors import (
@@ -24,6 +39,7 @@ from akka_training.core.errors import (
     PlanRefused,
     ServiceUnavailable,
 )
+from akka_training.core.figures import Figures
 from akka_training.core.parsing import parse_plan
 from akka_training.core.phases import TERMINAL, Phase, RuleName
 from akka_training.core.plans import RL_METHODS, RunPlan
@@ -32,7 +48,7 @@ from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
 from akka_training.server.services.lookups import locked_run_for, run_for
 from akka_training.server.services.plans import Resolved, every_problem, resolve_run
-from akka_training.server.services.run_views import run_json
+from akka_training.server.services.run_views import run_record, run_summary
 from akka_training.storage.ids import new_id
 from akka_training.storage.models import Attempt, Event, Run, Snapshot, Step
 from akka_training.storage.transitions import (
@@ -52,7 +68,7 @@ def start(
     principal: Principal,
     document: dict[str, Any],
     dry_run: bool,
-) -> dict[str, Any]:
+) -> RunRecord | DryRun:
     try:
         plan = parse_plan(document)
     except PlanRefused as refused:
@@ -67,10 +83,10 @@ def start(
         existing = _by_submission(session, plan.project, plan.submission_id)
         if existing is not None:
             principal.require(existing.project)
-            return {**run_json(session, ctx, existing), "existing": True}
+            return run_record(session, ctx, existing, existing=True)
     resolved = resolve_run(session, ctx, principal, plan)
     if dry_run:
-        return {"dryRun": True, "settings": resolved.settings.to_json()}
+        return DryRun(dry_run=True, settings=resolved.settings.to_json())
     try:
         # The run's row is flushed before its claim: on Postgres a submission racing another
         # with the same submissionId fails there (once the other commits), on SQLite at its
@@ -86,16 +102,16 @@ def start(
         existing = _by_submission(session, plan.project, plan.submission_id or "")
         if existing is None:
             raise
-        return {**run_json(session, ctx, existing), "existing": True}
-    return run_json(session, ctx, run)
+        return run_record(session, ctx, existing, existing=True)
+    return run_record(session, ctx, run)
 
 
-def _committed(session: Session, ctx: AppContext, run: Run) -> dict[str, Any]:
+def _committed(session: Session, ctx: AppContext, run: Run) -> RunRecord:
     """Commit the change, then build the answer. On SQLite a writer holds the database's one write
     turn from its first write until its commit; the answer's reads (cost, queue, settings) happen
     after it, so a burst of writers waits for each other's writes only, not for their answers."""
     session.commit()
-    return run_json(session, ctx, run)
+    return run_record(session, ctx, run)
 
 
 def create_run(
@@ -139,8 +155,8 @@ def create_run(
     return run
 
 
-def get(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> dict[str, Any]:
-    return run_json(session, ctx, run_for(session, principal, run_ref))
+def get(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> RunRecord:
+    return run_record(session, ctx, run_for(session, principal, run_ref))
 
 
 def list_runs(
@@ -150,7 +166,7 @@ def list_runs(
     project: str | None,
     phase: str | None,
     limit: int,
-) -> list[dict[str, Any]]:
+) -> list[RunSummary]:
     query = select(Run).order_by(desc(Run.created_at)).limit(limit)
     if project:
         principal.require(project)
@@ -166,10 +182,10 @@ def list_runs(
             raise InvalidRequest(
                 f"--phase takes open or one of {', '.join(p.value for p in Phase)}."
             ) from exc
-    return [run_json(session, ctx, r, brief=True) for r in session.scalars(query)]
+    return [run_summary(r) for r in session.scalars(query)]
 
 
-def cancel(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> dict[str, Any]:
+def cancel(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> RunRecord:
     run = locked_run_for(session, principal, run_ref)
     if Phase(run.phase) in TERMINAL:
         raise Conflict(f"Run {run.id} is already {run.phase}.")
@@ -184,7 +200,7 @@ def cancel(session: Session, ctx: AppContext, principal: Principal, run_ref: str
 
 def pause(
     session: Session, ctx: AppContext, principal: Principal, run_ref: str, checkpoint: str
-) -> dict[str, Any]:
+) -> RunRecord:
     if checkpoint not in ("save", "latest"):
         raise InvalidRequest("--checkpoint takes save (snapshot at the next step) or latest.")
     run = locked_run_for(session, principal, run_ref)
@@ -193,7 +209,7 @@ def pause(
         raise Conflict(f"Run {run.id} is {run.phase}; only an open run can pause.")
     wanted = Request.pause(checkpoint)
     if phase in (Phase.PAUSING, Phase.PAUSED) and run.requested != Request.CANCEL:
-        return run_json(session, ctx, run)  # pausing or paused already, as first asked
+        return run_record(session, ctx, run)  # pausing or paused already, as first asked
     check_request(run, wanted)  # a pending cancel is never undone by a pause
     if phase == Phase.QUEUED:
         move(session, run, RuleName.PAUSE_WHILE_QUEUED)
@@ -203,7 +219,7 @@ def pause(
     return _committed(session, ctx, run)
 
 
-def resume(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> dict[str, Any]:
+def resume(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> RunRecord:
     run = locked_run_for(session, principal, run_ref)
     if run.phase != Phase.PAUSED:
         raise Conflict(f"Run {run.id} is {run.phase}; only a PAUSED run resumes.")
@@ -222,7 +238,7 @@ def derive(
     steps: int | None,
     overrides: dict[str, Any] | None,
     dry_run: bool = False,
-) -> dict[str, Any]:
+) -> RunRecord | DryRun:
     """`runs branch` (restore weights) and `runs continue` (restore the training state): a new
     run from one of `run_ref`'s snapshots, with the source run's plan and the overrides."""
     source = run_for(session, principal, run_ref)
@@ -252,31 +268,31 @@ def derive(
     return start(session, ctx, principal, document, dry_run)
 
 
-def snapshots(session: Session, principal: Principal, run_ref: str) -> list[dict[str, Any]]:
+def snapshots(session: Session, principal: Principal, run_ref: str) -> list[SnapshotRecord]:
     run = run_for(session, principal, run_ref)
     rows = session.scalars(
         select(Snapshot).where(Snapshot.run_id == run.id).order_by(Snapshot.step)
     )
     return [
-        {
-            "run": run.id,
-            "name": s.name,
-            "step": s.step,
-            "attempt": s.attempt,
-            "weights": s.weights,
-            "trainingState": s.training_state,
-            "weightsBytes": s.weights_bytes,
-            "trainingStateBytes": s.training_state_bytes,
-            "createdAt": s.created_at.isoformat(),
-            "swept": s.swept_at is not None,
-        }
+        SnapshotRecord(
+            run=run.id,
+            name=s.name,
+            step=s.step,
+            attempt=s.attempt,
+            weights=s.weights,
+            training_state=s.training_state,
+            weights_bytes=s.weights_bytes,
+            training_state_bytes=s.training_state_bytes,
+            created_at=s.created_at,
+            swept=s.swept_at is not None,
+        )
         for s in rows
     ]
 
 
 def metrics(
     session: Session, principal: Principal, run_ref: str, fields: list[str] | None
-) -> dict[str, Any]:
+) -> Metrics:
     run = run_for(session, principal, run_ref)
     rows = session.scalars(select(Step).where(Step.run_id == run.id).order_by(Step.step))
     steps = []
@@ -284,25 +300,28 @@ def metrics(
         figures = row.metrics
         if fields:
             figures = {k: v for k, v in figures.items() if any(_matches(k, f) for f in fields)}
+        # The figures are the answer's own keys, beside step, attempt and at (`StepFigures`).
         steps.append(
-            {"step": row.step, "attempt": row.attempt, "at": row.created_at.isoformat(), **figures}
+            StepFigures.model_validate(
+                {**figures, "step": row.step, "attempt": row.attempt, "at": row.created_at}
+            )
         )
-    return {"run": run.id, "method": run.method, "steps": steps}
+    return Metrics(run=run.id, method=run.method, steps=steps)
 
 
-def events(session: Session, run_id: str, after: int) -> list[dict[str, Any]]:
+def events(session: Session, run_id: str, after: int) -> list[RunEventLine]:
     rows = session.scalars(
         select(Event).where(Event.run_id == run_id, Event.id > after).order_by(Event.id)
     )
     return [
-        {"id": e.id, "at": e.at.isoformat(), "kind": e.kind, "message": e.message, "data": e.data}
+        RunEventLine(type="event", id=e.id, at=e.at, kind=e.kind, message=e.message, data=e.data)
         for e in rows
     ]
 
 
 def logs(
     ctx: AppContext, principal: Principal, run_ref: str, offset: int, attempt: int | None
-) -> dict[str, Any]:
+) -> JobLogs:
     """The job's output from `offset`: read from the cluster once the session is closed."""
     with ctx.db.session() as session:
         run = run_for(session, principal, run_ref)
@@ -312,16 +331,15 @@ def logs(
         run_open = Phase(run.phase) not in TERMINAL
         job_open = run_open and row is not None and row.state != AttemptState.EXITED
         run_id = run.id
-    answer: dict[str, Any] = {"run": run_id, "attempt": number, "text": "", "offset": offset}
     if not handle:
-        return {**answer, "open": run_open}
+        return JobLogs(run=run_id, attempt=number, text="", offset=offset, open=run_open)
     try:
         text, next_offset = ctx.backend.logs(handle, offset)
     except ClusterUnreachable as exc:
         raise ServiceUnavailable(
             f"The training cluster does not answer, so the logs cannot be read: {exc}"
         ) from exc
-    return {**answer, "text": text, "offset": next_offset, "open": job_open}
+    return JobLogs(run=run_id, attempt=number, text=text, offset=next_offset, open=job_open)
 
 
 # How often `runs wait` looks at its run. Each look is a session, the run, its newest steps and
@@ -363,26 +381,23 @@ def _wait_lines(
                 yield progress
                 progress = None
             for e in events(session, run_id, after):
-                after = e["id"]
-                yield _line({"type": "event", **e})
+                after = e.id
+                yield _line(e)
             if progress is not None:
                 yield progress
             timed_out = deadline is not None and time.monotonic() > deadline
             if done or timed_out:
-                record = run_json(session, ctx, current)
-                yield _line({"type": "run", "timedOut": timed_out and not done, "run": record})
+                record = run_record(session, ctx, current)
+                yield _line(RunEndLine(type="run", timed_out=timed_out and not done, run=record))
                 return
         time.sleep(WAIT_POLL_SECONDS)
 
 
-def _progress_line(session: Session, run: Run) -> dict[str, Any]:
+def _progress_line(session: Session, run: Run) -> RunProgressLine:
     """The run's step with its loss or reward and the time left at this attempt's pace."""
-    line: dict[str, Any] = {
-        "type": "progress",
-        "phase": run.phase,
-        "step": run.observed_step,
-        "totalSteps": run.total_steps,
-    }
+    line = RunProgressLine(
+        type="progress", phase=run.phase, step=run.observed_step, total_steps=run.total_steps
+    )
     rows = session.scalars(
         select(Step)
         .where(Step.run_id == run.id, Step.attempt == run.attempt)
@@ -391,31 +406,27 @@ def _progress_line(session: Session, run: Run) -> dict[str, Any]:
     ).all()
     if not rows:
         return line
-    latest = rows[0].metrics
+    figures = [Figures.of(r.metrics) for r in rows]
+    latest = figures[0]
     if run.method == "sft":
-        if isinstance(latest.get("loss"), int | float):
-            line["loss"] = float(latest["loss"])
+        line.loss = latest.loss
     else:
-        if isinstance(latest.get("reward/mean"), int | float):
-            line["reward"] = float(latest["reward/mean"])
-        line["terms"] = {
-            key[len("terms/") : -len("/share_mean")]: float(value)
-            for key, value in latest.items()
-            if key.startswith("terms/") and key.endswith("/share_mean")
-        }
-    seconds = [r.metrics.get("timing/step") for r in rows]
-    timed = [float(x) for x in seconds if isinstance(x, int | float)]
+        line.reward = latest.reward_mean
+        line.terms = latest.term_shares()
+    timed = [f.step_seconds for f in figures if f.step_seconds is not None]
     if timed and run.total_steps and run.observed_step is not None:
         left = max(0, run.total_steps - run.observed_step)
-        line["etaSeconds"] = left * sum(timed) / len(timed)
+        line.eta_seconds = left * sum(timed) / len(timed)
     return line
 
 
-def _line(item: dict[str, Any]) -> bytes:
-    return (json.dumps(item) + "\n").encode()
+def _line(item: RunEventLine | RunProgressLine | RunEndLine) -> bytes:
+    # json.dumps of the JSON dump, not model_dump_json: the lines keep the spacing they have
+    # always had.
+    return (json.dumps(item.to_json()) + "\n").encode()
 
 
-def tree(session: Session, principal: Principal, run_ref: str) -> dict[str, Any]:
+def tree(session: Session, principal: Principal, run_ref: str) -> RunTree:
     run = run_for(session, principal, run_ref)
     root = run
     seen = {run.id}
@@ -425,23 +436,25 @@ def tree(session: Session, principal: Principal, run_ref: str) -> dict[str, Any]
             break
         seen.add(parent.id)
         root = parent
-    return {"root": root.id, "focus": run.id, "tree": _subtree(session, principal, root)}
+    return RunTree(root=root.id, focus=run.id, tree=_subtree(session, principal, root))
 
 
-def _subtree(session: Session, principal: Principal, run: Run) -> dict[str, Any]:
+def _subtree(session: Session, principal: Principal, run: Run) -> TreeNode:
     children = session.scalars(
         select(Run).where(Run.source_run == run.id).order_by(Run.created_at)
     ).all()
-    return {
-        "run": run.id,
-        "method": run.method,
-        "phase": run.phase,
-        "from": {"kind": run.source_kind, "snapshot": run.source_snapshot}
-        if run.source_run
-        else None,
-        "modelName": run.model_name,
-        "children": [_subtree(session, principal, c) for c in children if principal.can(c.project)],
-    }
+    return TreeNode(
+        run=run.id,
+        method=run.method,
+        phase=run.phase,
+        origin=(
+            TreeOrigin(kind=run.source_kind, snapshot=run.source_snapshot)
+            if run.source_run
+            else None
+        ),
+        model_name=run.model_name,
+        children=[_subtree(session, principal, c) for c in children if principal.can(c.project)],
+    )
 
 
 def _matches(key: str, pattern: str) -> bool:

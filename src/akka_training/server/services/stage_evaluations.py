@@ -5,11 +5,10 @@ gate decided when the evaluation succeeds. An evaluation belongs to its stage by
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
+from akka_training.api.pipelines import StageCheck
 from akka_training.core.errors import AkkaError, PlanRefused, Problem
 from akka_training.core.evaluations import (
     EVALUATE,
@@ -43,12 +42,12 @@ def source_stage(plan: PipelinePlan, index: int) -> TrainStage | None:
 
 def check(
     session: Session, ctx: AppContext, principal: Principal, plan: PipelinePlan, index: int
-) -> tuple[dict[str, Any], list[Problem]]:
+) -> tuple[StageCheck, list[Problem]]:
     """The dry run's entry of an evaluate stage and its problems (fields under stages[i])."""
     stage = plan.stages[index]
     assert isinstance(stage, EvaluateStage)
     field = f"stages[{index}]"
-    entry: dict[str, Any] = {"name": stage.name, "type": stage.type}
+    entry = StageCheck(name=stage.name, type=stage.type)
     producer = source_stage(plan, index)
     if producer is None:
         trains = [s.name for s in plan.stages[:index] if isinstance(s, TrainStage)]
@@ -59,7 +58,7 @@ def check(
                 f"it to @STAGE, one of: {', '.join('@' + n for n in trains) or 'none'}.",
             )
         ]
-    entry["sourceStage"] = producer.name
+    entry.source_stage = producer.name
     try:
         evaluation = parse_evaluation(stage.evaluation_document(plan.project, producer.base_model))
         checked = evaluations.check(session, ctx, principal, evaluation, "ev-dry-run")
@@ -80,7 +79,7 @@ def check(
         )
     resolved = checked.params.to_json()
     resolved.pop("samples", None)
-    entry["settings"] = resolved
+    entry.settings = resolved
     return entry, problems
 
 

@@ -7,19 +7,25 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from akka_training.core.errors import InvalidRequest
 from akka_training.deployment.context import AppContext
-from akka_training.rewards.rollouts import read_step_file
+from akka_training.rewards.rollouts import Rollout, read_step_file
 from akka_training.server.auth import Principal
 from akka_training.server.services.datasets import register_dataset
 from akka_training.storage.models import RolloutStep, Run
 
 CONTROLLER = Principal("controller", "controller", "admin", None)
+
+
+class ChatRow(TypedDict):
+    """A row of the dataset a stage hands on: its prompt's messages and the best completion."""
+
+    messages: list[dict[str, Any]]
 
 
 def stage_output_dataset(
@@ -41,16 +47,16 @@ def stage_output_dataset(
     result = asyncio.run(
         register_dataset(ctx, CONTROLLER, run.project, name, None, chunks(), len(body))
     )
-    return f"{run.project}/{name}:v{result['version']}"
+    return f"{run.project}/{name}:v{result.version}"
 
 
-def best_completions(session: Session, ctx: AppContext, run: Run) -> list[dict[str, Any]]:
-    rows = []
+def best_completions(session: Session, ctx: AppContext, run: Run) -> list[ChatRow]:
+    rows: list[ChatRow] = []
     files = session.scalars(
         select(RolloutStep.blob).where(RolloutStep.run_id == run.id).order_by(RolloutStep.step)
     ).all()
     for blob in files:
-        best: dict[int, Any] = {}
+        best: dict[int, Rollout] = {}
         for rollout in read_step_file(ctx.blobs.get_bytes(blob)):
             kept = best.get(rollout.group)
             if rollout.score > 0 and (kept is None or rollout.score > kept.score):

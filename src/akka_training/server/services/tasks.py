@@ -10,12 +10,12 @@ from typing import Any
 from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
+from akka_training.api.tasks import TaskDirective, TaskProgress, TaskRecord
 from akka_training.core.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from akka_training.core.parsing import parse_model
 from akka_training.core.states import TERMINAL_TASK_STATES, Request, TaskRule, TaskState
 from akka_training.core.tasks import (
     TASK_REPORTS,
-    TaskAction,
     TaskFailedReport,
     TaskFinishedReport,
     TaskProgressReport,
@@ -69,8 +69,8 @@ def current(session: Session, key: str) -> Task | None:
     )
 
 
-def get(session: Session, principal: Principal, task_id: str) -> dict[str, Any]:
-    return task_json(task_for(session, principal, task_id))
+def get(session: Session, principal: Principal, task_id: str) -> TaskRecord:
+    return task_record(task_for(session, principal, task_id))
 
 
 def list_tasks(
@@ -79,7 +79,7 @@ def list_tasks(
     project: str | None,
     run_id: str | None,
     limit: int,
-) -> list[dict[str, Any]]:
+) -> list[TaskRecord]:
     query = select(Task).order_by(desc(Task.created_at)).limit(limit)
     if project:
         principal.require(project)
@@ -88,10 +88,10 @@ def list_tasks(
         query = query.where(Task.project.in_(principal.projects))
     if run_id:
         query = query.where(Task.run_id == run_id)
-    return [task_json(t) for t in session.scalars(query)]
+    return [task_record(t) for t in session.scalars(query)]
 
 
-def cancel(session: Session, principal: Principal, task_id: str) -> dict[str, Any]:
+def cancel(session: Session, principal: Principal, task_id: str) -> TaskRecord:
     task = task_for(session, principal, task_id)
     stored = lock_task(session, task.id)
     if stored is None:
@@ -106,7 +106,7 @@ def cancel(session: Session, principal: Principal, task_id: str) -> dict[str, An
     else:
         # The controller stops the job and ends the task once the job is gone.
         request_cancel(session, task)
-    return task_json(task)
+    return task_record(task)
 
 
 def task_for(session: Session, principal: Principal, task_id: str) -> Task:
@@ -119,7 +119,7 @@ def task_for(session: Session, principal: Principal, task_id: str) -> Task:
 
 def report(
     session: Session, principal: Principal, task_id: str, kind: str, body: dict[str, Any]
-) -> dict[str, TaskAction]:
+) -> TaskDirective:
     """A report of the task's job; the directive it is answered with."""
     if principal.kind != "task" or principal.task_id != task_id:
         raise Forbidden("This token reports for another task.")
@@ -149,23 +149,23 @@ def report(
         task.last_error = parsed.detail
         task.reported = True
         move_task(session, task, TaskRule.FAIL, failure=parsed.message, now=now)
-    return {"action": "stop" if task.requested == Request.CANCEL else "continue"}
+    return TaskDirective(action="stop" if task.requested == Request.CANCEL else "continue")
 
 
-def task_json(task: Task) -> dict[str, Any]:
-    return {
-        "id": task.id,
-        "kind": task.kind,
-        "project": task.project,
-        "run": task.run_id,
-        "state": task.state,
-        "requested": task.requested,
-        "pool": task.pool,
-        "progress": task.progress,
-        "result": task.result,
-        "failure": task.failure,
-        "failureDetail": task.last_error if task.state == TaskState.FAILED else None,
-        "createdAt": task.created_at.isoformat(),
-        "startedAt": task.started_at.isoformat() if task.started_at else None,
-        "endedAt": task.ended_at.isoformat() if task.ended_at else None,
-    }
+def task_record(task: Task) -> TaskRecord:
+    return TaskRecord(
+        id=task.id,
+        kind=task.kind,
+        project=task.project,
+        run=task.run_id,
+        state=task.state,
+        requested=task.requested,
+        pool=task.pool,
+        progress=TaskProgress.model_validate(task.progress) if task.progress else None,
+        result=task.result,
+        failure=task.failure,
+        failure_detail=task.last_error if task.state == TaskState.FAILED else None,
+        created_at=task.created_at,
+        started_at=task.started_at,
+        ended_at=task.ended_at,
+    )

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from akka_training.api.system import CreatedToken, Exchanged, WhoAmI
+from akka_training.api.system import Token as TokenRecord
 from akka_training.core.errors import InvalidRequest, NotFound, Unauthorized
 from akka_training.server.auth import Principal
 from akka_training.storage.ids import hash_secret, new_id, new_secret
@@ -24,7 +25,7 @@ def create_token(
     projects: list[str],
     admin: bool = False,
     expires_in_days: float | None = None,
-) -> dict[str, Any]:
+) -> CreatedToken:
     if admin:
         principal.require_admin()
     elif not projects:
@@ -46,10 +47,10 @@ def create_token(
     )
     session.add(token)
     session.flush()
-    return {**token_json(token), "token": secret}
+    return CreatedToken(**dict(token_record(token)), token=secret)
 
 
-def list_tokens(session: Session, principal: Principal) -> list[dict[str, Any]]:
+def list_tokens(session: Session, principal: Principal) -> list[TokenRecord]:
     rows = session.scalars(
         select(Token).where(Token.kind.in_(("admin", "project"))).order_by(Token.created_at)
     )
@@ -58,11 +59,11 @@ def list_tokens(session: Session, principal: Principal) -> list[dict[str, Any]]:
         if principal.is_admin or (
             token.kind == "project" and set(token.projects) <= set(principal.projects or ())
         ):
-            out.append(token_json(token))
+            out.append(token_record(token))
     return out
 
 
-def revoke_token(session: Session, principal: Principal, token_id: str) -> dict[str, Any]:
+def revoke_token(session: Session, principal: Principal, token_id: str) -> TokenRecord:
     token = session.get(Token, token_id)
     if token is None or token.kind not in ("admin", "project"):
         raise NotFound(f"There is no token {token_id!r}.")
@@ -72,10 +73,10 @@ def revoke_token(session: Session, principal: Principal, token_id: str) -> dict[
         if token.kind == "admin":
             principal.require_admin()
     token.revoked_at = token.revoked_at or datetime.now(UTC)
-    return token_json(token)
+    return token_record(token)
 
 
-def exchange(session: Session, login: str) -> dict[str, Any]:
+def exchange(session: Session, login: str) -> Exchanged:
     """Turn a login (an admin or project token) into a short-lived access token."""
     token = session.scalar(select(Token).where(Token.hash == hash_secret(login)))
     now = datetime.now(UTC)
@@ -104,30 +105,26 @@ def exchange(session: Session, login: str) -> dict[str, Any]:
             expires_at=expires,
         )
     )
-    return {
-        "accessToken": secret,
-        "expiresAt": expires.isoformat(),
-        "login": token_json(token),
-    }
+    return Exchanged(access_token=secret, expires_at=expires, login=token_record(token))
 
 
-def whoami(principal: Principal) -> dict[str, Any]:
-    return {
-        "tokenId": principal.token_id,
-        "name": principal.name,
-        "kind": principal.kind,
-        "projects": None if principal.projects is None else list(principal.projects),
-    }
+def whoami(principal: Principal) -> WhoAmI:
+    return WhoAmI(
+        token_id=principal.token_id,
+        name=principal.name,
+        kind=principal.kind,
+        projects=None if principal.projects is None else list(principal.projects),
+    )
 
 
-def token_json(token: Token) -> dict[str, Any]:
-    return {
-        "id": token.id,
-        "name": token.name,
-        "kind": token.kind,
-        "projects": list(token.projects) if token.kind != "admin" else None,
-        "createdAt": token.created_at.isoformat() if token.created_at else None,
-        "expiresAt": token.expires_at.isoformat() if token.expires_at else None,
-        "revokedAt": token.revoked_at.isoformat() if token.revoked_at else None,
-        "lastUsedAt": token.last_used_at.isoformat() if token.last_used_at else None,
-    }
+def token_record(token: Token) -> TokenRecord:
+    return TokenRecord(
+        id=token.id,
+        name=token.name,
+        kind=token.kind,
+        projects=list(token.projects) if token.kind != "admin" else None,
+        created_at=token.created_at,
+        expires_at=token.expires_at,
+        revoked_at=token.revoked_at,
+        last_used_at=token.last_used_at,
+    )

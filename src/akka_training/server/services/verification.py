@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from akka_training.api.verification import FigureDifference, RunVerification, VerifiedStep
 from akka_training.core.errors import InvalidRequest
 from akka_training.core.plans import RL_METHODS, RlHyperparams
 from akka_training.core.resolved import Settings
@@ -24,7 +24,9 @@ RELATIVE = 1e-6
 ABSOLUTE = 1e-9
 
 
-def verify(session: Session, ctx: AppContext, principal: Principal, run_ref: str) -> dict[str, Any]:
+def verify(
+    session: Session, ctx: AppContext, principal: Principal, run_ref: str
+) -> RunVerification:
     run = run_for(session, principal, run_ref)
     if run.method not in RL_METHODS:
         raise InvalidRequest(
@@ -38,8 +40,8 @@ def verify(session: Session, ctx: AppContext, principal: Principal, run_ref: str
     kept = session.scalars(
         select(RolloutStep).where(RolloutStep.run_id == run.id).order_by(RolloutStep.step)
     ).all()
-    steps: list[dict[str, Any]] = []
-    differences: list[dict[str, Any]] = []
+    steps: list[VerifiedStep] = []
+    differences: list[FigureDifference] = []
     for row in kept:
         rollouts = read_step_file(ctx.blobs.get_bytes(row.blob))
         recomputed = step_figures(rollouts, rl.generations_per_prompt, rl.max_completion_tokens)
@@ -53,11 +55,11 @@ def verify(session: Session, ctx: AppContext, principal: Principal, run_ref: str
             compared += 1
             if not math.isclose(float(figure), value, rel_tol=RELATIVE, abs_tol=ABSOLUTE):
                 differences.append(_difference(row.step, name, float(figure), value))
-        steps.append({"step": row.step, "rollouts": len(rollouts), "figures": compared})
-    return {"run": run.id, "steps": steps, "differences": differences}
+        steps.append(VerifiedStep(step=row.step, rollouts=len(rollouts), figures=compared))
+    return RunVerification(run=run.id, steps=steps, differences=differences)
 
 
 def _difference(
     step: int, figure: str, published: float | None, recomputed: float | None
-) -> dict[str, Any]:
-    return {"step": step, "figure": figure, "published": published, "recomputed": recomputed}
+) -> FigureDifference:
+    return FigureDifference(step=step, figure=figure, published=published, recomputed=recomputed)
