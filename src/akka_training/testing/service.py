@@ -45,6 +45,9 @@ class TrainerProcess:
         self.settings = deep_merge(base, settings or {})
         self.extra_env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
+        # The clients handed out, closed with the service: a test that forgets one must not
+        # leave its socket to be collected (and warned about) in a later test.
+        self._clients: list[TrainerClient] = []
 
     @property
     def env(self) -> dict[str, str]:
@@ -103,7 +106,9 @@ class TrainerProcess:
         return (self.home / "admin-token").read_text().strip()
 
     def client(self, token: str | None = None) -> TrainerClient:
-        return TrainerClient(self.url, token or self.admin_token)
+        client = TrainerClient(self.url, token or self.admin_token)
+        self._clients.append(client)
+        return client
 
     def cli(
         self,
@@ -134,6 +139,9 @@ class TrainerProcess:
         return json.loads(self.cli(*args, "-o", "json", **kwargs).stdout)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
         if self.proc is None:
             return
         if self.proc.poll() is None:

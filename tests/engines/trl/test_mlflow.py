@@ -66,6 +66,7 @@ def mlflow_server(tmp_path: Path) -> Iterator[str]:
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
+    drain: threading.Thread | None = None
     try:
         # The server says when it listens; its output is read as it comes (no polling).
         assert process.stdout is not None
@@ -77,12 +78,17 @@ def mlflow_server(tmp_path: Path) -> Iterator[str]:
         else:
             raise RuntimeError("mlflow server ended:\n" + "".join(said[-50:]))
         # The rest of its output is read too, so that it never waits on a full pipe.
-        threading.Thread(target=_drain, args=(process.stdout,), daemon=True).start()
+        drain = threading.Thread(target=_drain, args=(process.stdout,), daemon=True)
+        drain.start()
         assert httpx.get(f"{url}/health", timeout=10).status_code == 200
         yield url
     finally:
         os.killpg(process.pid, 15)
         process.wait(timeout=30)
+        if drain is not None:
+            drain.join(timeout=30)  # the pipe ends with the server
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def _drain(stream: IO[str]) -> None:
