@@ -31,6 +31,23 @@ def test_until_names_what_it_waited_for_and_the_last_value_seen() -> None:
     assert str(raised.value) == "gave up after 0 s waiting for the queue to fill; last seen: []"
 
 
+def test_until_adds_the_detail_it_reads_when_the_wait_runs_out() -> None:
+    log = ["starting"]
+
+    with pytest.raises(AssertionError) as raised:
+        until(
+            lambda: None,
+            what="the trainer",
+            timeout=0,
+            interval=0,
+            detail=lambda: "\n".join(log),
+        )
+
+    assert str(raised.value) == (
+        "gave up after 0 s waiting for the trainer; last seen: None\nstarting"
+    )
+
+
 def test_until_treats_the_exceptions_it_is_told_to_ignore_as_not_yet() -> None:
     calls = iter([ConnectionRefusedError("not listening"), None, "up"])
 

@@ -32,6 +32,7 @@ def until(
     timeout: float = DEFAULT_TIMEOUT,
     interval: float = DEFAULT_INTERVAL,
     ignoring: tuple[type[Exception], ...] = (),
+    detail: Callable[[], str] | None = None,
 ) -> T:
     """Call `predicate` until it returns something truthy, and return that.
 
@@ -39,6 +40,8 @@ def until(
     truthy answer it raises AssertionError naming `what` it waited for and the last value the
     predicate returned. An exception of a type in `ignoring` counts as "not yet" (a server not
     listening yet refuses the connection) and is the last value seen; any other propagates.
+    `detail`, read only when the wait runs out, adds what explains the failure (a process's
+    log) to the message, on the lines below it.
     The deadline only ends a test gone wrong: nothing asserts on how long the wait took."""
     deadline = time.monotonic() + timeout
     pause = threading.Event()
@@ -53,7 +56,6 @@ def until(
                 return value
             last = value
         if time.monotonic() >= deadline:
-            raise AssertionError(
-                f"gave up after {timeout:g} s waiting for {what}; last seen: {last!r}"
-            )
+            message = f"gave up after {timeout:g} s waiting for {what}; last seen: {last!r}"
+            raise AssertionError(f"{message}\n{detail()}" if detail else message)
         pause.wait(interval)
