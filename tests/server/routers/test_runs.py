@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from akka_training.core.clock import ManualClock
 from akka_training.rewards.rollouts import Rollout, step_file_bytes
 from akka_training.testing.app import InProcessTrainer
 from tests.server.routers.helpers import answer, chat_rows, error, register, sft_plan
@@ -550,10 +551,14 @@ def test_gpu_seconds_stop_when_the_run_completes_while_its_job_exits(
     assert job.post(f"{base}/finished", json=finished).is_success
     first = api.get(f"/v1/runs/{run_id}").json()
     assert first["phase"] == "COMPLETED"
-    # The job has not exited yet: its claim is still held, but the run's clock has stopped.
+    # The job has not exited yet: its claim is still held, but the run's clock has stopped:
+    # an hour later, it counts the same.
     assert [c["for"] for c in api.get("/v1/capacity").json()["claims"]] == [run_id]
-    time.sleep(1.2)
-    assert api.get(f"/v1/runs/{run_id}").json()["cost"]["gpuSeconds"] == first["cost"]["gpuSeconds"]
+    trainer.ctx.clock = clock = ManualClock()
+    clock.advance(3600)
+    later = api.get(f"/v1/runs/{run_id}").json()
+    assert later["cost"]["gpuSeconds"] == first["cost"]["gpuSeconds"]
+    assert later["cost"]["durationSeconds"] == first["cost"]["durationSeconds"]
 
 
 def _job_of_a_new_run(
