@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 from collections.abc import Iterator
+from typing import Any
 
 import pynvml
 import pytest
@@ -16,6 +16,7 @@ from akka_training.telemetry.gpu import GpuHealth, decode_throttle_reasons
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.testing.fake_nvml import FakeGpu, FakeNvml
 from akka_training.testing.otlp_receiver import OtlpReceiver
+from akka_training.testing.waiting import until
 
 P = c.PREFIX
 A, B = "GPU-0a1b2c3d-0000-1111-2222-333344445555", "GPU-9f8e7d6c-0000-1111-2222-333344445555"
@@ -120,13 +121,17 @@ def test_xid_events_are_counted_per_gpu_and_code(
         nvml.queue_xid(B, 79)
         nvml.queue_xid(B, 79)
         nvml.queue_xid(A, 48)
-        deadline = time.monotonic() + 5
-        counted: list[tuple[dict, float]] = []
-        while time.monotonic() < deadline:
+
+        def three_counted() -> list[tuple[dict[str, Any], float]] | None:
             counted = _points(reader, P + "gpu.xid.errors")
-            if sum(v for _, v in counted) == 3:
-                break
-            time.sleep(0.02)
+            return counted if sum(v for _, v in counted) == 3 else None
+
+        counted = until(
+            three_counted,
+            what="three XID errors counted",
+            timeout=30,
+            interval=0.02,
+        )
     finally:
         health.close()
     assert sorted((a[c.GPU_UUID], a[c.GPU_XID], v) for a, v in counted if v) == [
@@ -149,11 +154,14 @@ def test_the_sampler_thread_follows_changing_readings(
     try:
         nvml.gpus[0].temperature_c = 91
         nvml.gpus[0].clock_reasons = FakeNvml.nvmlClocksEventReasonGpuIdle
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            if _points(reader, P + "gpu.temperature") == [({c.GPU_UUID: A, c.GPU_INDEX: 0}, 91)]:
-                break
-            time.sleep(0.02)
+        until(
+            lambda: (
+                _points(reader, P + "gpu.temperature") == [({c.GPU_UUID: A, c.GPU_INDEX: 0}, 91)]
+            ),
+            what="the sampler to read 91 °C",
+            timeout=30,
+            interval=0.02,
+        )
         throttle = {a[c.GPU_THROTTLE_REASON]: v for a, v in _points(reader, P + "gpu.throttle")}
     finally:
         health.close()
