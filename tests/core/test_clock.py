@@ -180,7 +180,7 @@ def test_a_timeout_block_ends_once_the_clock_passes_it() -> None:
                 await never.wait()
         await task
         async with clock.timeout(1.0):  # a block the clock does not pass ends as it ends
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a yield to the loop, not a wait
         with pytest.raises(TimeoutError):
             async with clock.timeout(0):
                 await never.wait()
