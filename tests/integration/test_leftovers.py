@@ -5,6 +5,7 @@ started again."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -76,10 +77,17 @@ def test_what_a_killed_service_and_a_killed_job_left_goes_after_the_grace(
     orphan.mkdir(parents=True)
     (orphan / "adapter_model.safetensors").write_bytes(b"\0" * 1024)
 
+    # Dated a minute ahead, the part is younger than the grace at start-up however long the
+    # restart takes on a loaded machine ...
+    ahead = time.time() + 60
+    os.utime(part, (ahead, ahead))
     trainer.start()
-    # Younger than the grace at start-up: kept (a live writer might still own it) ...
+    # ... so it is kept (a live writer might still own it) ...
     assert part.exists()
-    # ... and removed by the running service once the grace has passed, folders and all.
+    # ... and, dated now again, removed by the running service once the grace has passed,
+    # folders and all.
+    written = time.time()
+    os.utime(part, (written, written))
     until(lambda: not part.exists(), what="the partial upload to go", timeout=GRACE + 20)
     until(lambda: not (blobs / "runs" / "r-killed").exists(), what="the orphan to go", timeout=10)
     assert not (blobs / "datasets" / "uploads").exists() or not any(
