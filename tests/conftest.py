@@ -8,7 +8,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from akka_training.storage.db import Database
 from akka_training.storage.models import Base
 from akka_training.testing.app import InProcessTrainer
 from akka_training.testing.service import TrainerProcess
+from akka_training.testing.waiting import until
 from tests import layers
 
 # The Ray head fixtures (`ray_head`, `ray_head_factory`) for the Ray backend's tests, the S3
@@ -190,15 +190,19 @@ def postgres_schema_url(server: str) -> tuple[str, str]:
 def drop_schema(server: str, schema: str) -> None:
     """Drop a test's schema. A trainer of the test may still be writing to it (its fixture
     ends later), and Postgres may then pick the drop as a deadlock's victim: try again."""
-    for attempt in range(10):
-        try:
-            with psycopg.connect(server, autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-            return
-        except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
-            if attempt == 9:
-                raise
-            time.sleep(0.2)
+
+    def drop() -> bool:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        return True
+
+    until(
+        drop,
+        what=f"schema {schema} to drop",
+        timeout=30,
+        interval=0.2,
+        ignoring=(psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable),
+    )
 
 
 @pytest.fixture(scope="session")

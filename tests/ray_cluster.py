@@ -31,6 +31,8 @@ import httpx
 import psutil
 import pytest
 
+from akka_training.testing.waiting import until
+
 REPO = Path(__file__).resolve().parents[1]
 MARKER = "AKKA_TEST_RAY_HEAD"
 START_TIMEOUT = 120.0
@@ -117,7 +119,7 @@ class RayHead:
         )
         log.close()
         try:
-            self._wait_ready(began + START_TIMEOUT)
+            self._wait_ready(START_TIMEOUT)
         except BaseException:
             self.stop()
             raise
@@ -200,19 +202,23 @@ class RayHead:
         )
         return env
 
-    def _wait_ready(self, deadline: float) -> None:
+    def _wait_ready(self, timeout: float) -> None:
         """Until the dashboard answers, the node is alive with its labels, and jobs can be
         listed (the job agent is up)."""
+        until(
+            self._started,
+            what="the Ray head to get ready",
+            timeout=timeout,
+            interval=0.25,
+            detail=lambda: self.log()[-4000:],
+        )
+
+    def _started(self) -> bool:
+        """Whether the head is ready; RuntimeError if `ray start` exited."""
         assert self.proc is not None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"ray start exited {self.proc.returncode}:\n{self.log()[-4000:]}"
-                )
-            if self._ready():
-                return
-            time.sleep(0.25)
-        raise RuntimeError(f"the Ray head did not get ready in time:\n{self.log()[-4000:]}")
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"ray start exited {self.proc.returncode}:\n{self.log()[-4000:]}")
+        return self._ready()
 
     def _ready(self) -> bool:
         headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}

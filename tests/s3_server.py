@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from akka_training.testing.waiting import until
 
 ACCESS_KEY = "akka-test-access-key"
 SECRET_KEY = "akka-test-secret-key-not-a-real-one"
@@ -61,18 +62,25 @@ class MotoServer:
             start_new_session=True,
         )
         log.close()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"moto_server exited:\n{self.log()[-3000:]}")
-            try:
-                if httpx.get(self.endpoint + "/moto-api/data.json", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"moto_server did not answer in time:\n{self.log()[-3000:]}")
+        try:
+            until(
+                self._answers,
+                what="moto_server to answer",
+                timeout=60,
+                ignoring=(httpx.HTTPError,),
+                detail=lambda: self.log()[-3000:],
+            )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _answers(self) -> bool:
+        """Whether moto_server answers; RuntimeError if it exited."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"moto_server exited:\n{self.log()[-3000:]}")
+        return httpx.get(self.endpoint + "/moto-api/data.json", timeout=2).status_code == 200
 
     def log(self) -> str:
         path = self.root / "moto.log"

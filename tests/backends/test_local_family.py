@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from akka_training.backends.base import JobStatus, LaunchRequest
 from akka_training.backends.local.backend import LocalBackend
 from akka_training.blobstore.local import LocalBlobStore
 from akka_training.engines.verl.smoke import RecordingService
+from akka_training.testing.waiting import until
 from tests.engines.verl.conftest import FIXTURES, make_spec
 
 pytestmark = pytest.mark.slow
@@ -72,21 +72,23 @@ def launch_verl_job(
             },
         )
     )
-    deadline = time.monotonic() + 120
-    while not (service.of("steps") and child_file.exists()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert service.of("steps"), (Path(handle["dir"]) / "job.log").read_text()[-3000:]
+    until(
+        lambda: service.of("steps") and child_file.exists(),
+        what="the job's first step and its child",
+        timeout=120,
+        interval=0.2,
+        detail=lambda: (Path(handle["dir"]) / "job.log").read_text()[-3000:],
+    )
     return handle, child_file
 
 
 def wait_exited(backend: LocalBackend, handle: dict[str, Any], timeout: float) -> JobStatus:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = backend.status(handle)
-        if status.state == "exited":
-            return status
-        time.sleep(0.2)
-    raise AssertionError("the job did not exit")
+    return until(
+        lambda: (status := backend.status(handle)).state == "exited" and status,
+        what="the job to exit",
+        timeout=timeout,
+        interval=0.2,
+    )
 
 
 def gone(pid: int) -> bool:

@@ -4,9 +4,9 @@ change, exit status 1, before any request (no trainer is running here) and never
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,12 @@ PLAN = "kind: run\nproject: maths\nbaseModel: tiny-chat\nconfig:\n  dataset: mat
 BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
     f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdef", "bcdefg", strict=True)
 )
+
+
+def _children_cpu_seconds() -> float:
+    """The CPU seconds of the child processes this one has waited for, all together."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def refusal(path: Path | str, *, stdin: bytes = b"") -> str:
@@ -92,9 +98,10 @@ def test_a_number_too_long_for_any_field_is_refused(tmp_path: Path) -> None:
 def test_an_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN + BOMB)
-    started = time.monotonic()
+    # In the CPU seconds of the CLI's process: the machine's load does not count.
+    started = _children_cpu_seconds()
     message = refusal(plan)
-    assert time.monotonic() - started < 10  # the interpreter's start is most of it
+    assert _children_cpu_seconds() - started < 10  # the interpreter's start is most of it
     assert message == (
         f"error: {plan} holds more than 100,000 values once its aliases (*name) are expanded "
         "(the value on line 11 alone does); write the values out, or use fewer aliases."

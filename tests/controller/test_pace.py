@@ -1,12 +1,11 @@
 """The controller's pace: a pass every `interval-seconds` while something moves, every
 `steady-seconds` while nothing does (the open runs train with live jobs or rest paused), and at
-once when a request wakes it. A real controller thread, the app served on loopback, and the
-scripted job (a real child process reporting a step every 0.2 s)."""
+once when a request wakes it. A real controller thread on a clock the test holds, the app served
+on loopback, and the scripted job (a real child process reporting a step every 0.2 s)."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,25 +14,34 @@ import pytest
 import uvicorn
 
 from akka_training.controller.loop import Controller
+from akka_training.core.clock import ManualClock
 from akka_training.server.services.pipelines import advance_all
 from akka_training.testing.app import InProcessTrainer
 from akka_training.testing.service import free_port
+from akka_training.testing.waiting import until
 from tests.server.routers.helpers import chat_rows, register, sft_plan
 
 pytestmark = pytest.mark.slow
 
 
+# The pace, in seconds of the test's clock (an eighth: sums of it are exact).
+INTERVAL = 0.125
+STEADY = 30.0
+
+
 @pytest.fixture
-def served(in_process_factory: Callable[..., InProcessTrainer]) -> Iterator[InProcessTrainer]:
+def served(
+    in_process_factory: Callable[..., InProcessTrainer],
+) -> Iterator[tuple[InProcessTrainer, Controller, ManualClock]]:
     """An in-process trainer whose app answers jobs on a loopback port, with its controller
-    running in its own thread: a pass at least every 0.1 s while something moves, every 30 s
-    while nothing does."""
+    running in its own thread on a clock the test holds: a pass every `INTERVAL` while
+    something moves, every `STEADY` while nothing does."""
     port = free_port()
     trainer = in_process_factory(
         {
             "trainer": {
                 "listen": {"host": "127.0.0.1", "port": port},
-                "controller": {"interval-seconds": 0.1, "steady-seconds": 30},
+                "controller": {"interval-seconds": INTERVAL, "steady-seconds": STEADY},
                 "projects": [{"name": "maths", "quota": 2}],
             }
         }
@@ -45,14 +53,15 @@ def served(in_process_factory: Callable[..., InProcessTrainer]) -> Iterator[InPr
     )
     serving = threading.Thread(target=server.run, daemon=True)
     serving.start()
-    while not server.started:
-        time.sleep(0.01)
-    controller = Controller(trainer.ctx)
+    until(lambda: server.started, what="the app to serve", timeout=30, interval=0.01)
+    clock = ManualClock()
+    controller = Controller(trainer.ctx, clock=clock)
     controller.hooks.append(lambda: advance_all(trainer.ctx))
     trainer.ctx.controller = controller
     controller.start()
+    clock.settle(threads=1)  # its first pass is done: it waits for the clock
     try:
-        yield trainer
+        yield trainer, controller, clock
     finally:
         controller.stop()
         server.should_exit = True
@@ -60,48 +69,68 @@ def served(in_process_factory: Callable[..., InProcessTrainer]) -> Iterator[InPr
 
 
 def test_passes_are_rare_while_a_run_only_trains_and_a_pause_is_taken_at_once(
-    served: InProcessTrainer,
+    served: tuple[InProcessTrainer, Controller, ManualClock],
 ) -> None:
-    controller = served.ctx.controller
-    assert controller is not None
-    api = served.client()
+    trainer, controller, clock = served
+    api = trainer.client()
     register(api, "maths/train", chat_rows(12))
     plan = sft_plan()
     plan["config"]["hyperparams"]["training"]["maxSteps"] = 1000
     run_id = api.post("/v1/runs", json=plan).json()["id"]
-    run = _wait(api, run_id, lambda r: r["phase"] == "TRAINING" and r["progress"]["observedStep"])
+    run = _pass_until(
+        clock,
+        lambda: (
+            (r := _run(api, run_id))["phase"] == "TRAINING" and r["progress"]["observedStep"] and r
+        ),
+        "the run to train",
+    )
+    _pass_until(clock, lambda: controller.steady, "a pass that finds nothing to move")
 
-    # Training with a live job: the pass after the one that saw it comes 30 s later, not after
-    # 0.1 s (the next 1.5 s see at most the pass that found it so).
-    deadline = time.monotonic() + 5
-    while not controller.steady and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # Training with a live job: after a pass that finds it so, the next comes `STEADY` later.
+    controller.wake()
+    clock.settle()
     assert controller.steady
     ticks = controller._ticks
-    time.sleep(1.5)
-    assert controller._ticks - ticks <= 1
-    assert (
-        api.get(f"/v1/runs/{run_id}").json()["progress"]["observedStep"]
-        > run["progress"]["observedStep"]
+    clock.advance(STEADY - 1)
+    clock.settle()
+    assert controller._ticks == ticks
+    # Meanwhile the job goes on reporting steps: the service takes them without a pass.
+    until(
+        lambda: _run(api, run_id)["progress"]["observedStep"] > run["progress"]["observedStep"],
+        what="the job to report another step",
+        timeout=60,
     )
+    assert controller._ticks == ticks
+    clock.advance(1)
+    clock.settle()
+    assert controller._ticks == ticks + 1
 
-    # A pause wakes it: the run stops at its next step and rests PAUSED, its device given back,
-    # long before a 30 s pass would have come.
-    began = time.monotonic()
+    # A pause wakes it: a pass comes with no time passing, and finds something to move; the
+    # passes then come every `INTERVAL` until the run stops at its next step and rests PAUSED,
+    # its device given back.
+    began = clock.monotonic()
     assert api.post(f"/v1/runs/{run_id}/pause", json={"checkpoint": "save"}).is_success
-    paused = _wait(api, run_id, lambda r: r["phase"] == "PAUSED")
-    assert time.monotonic() - began < 15
+    clock.settle()
+    assert (controller._ticks, controller.steady, clock.monotonic()) == (ticks + 2, False, began)
+    paused = _pass_until(
+        clock, lambda: (r := _run(api, run_id))["phase"] == "PAUSED" and r, "the run to pause"
+    )
     assert api.get("/v1/capacity").json()["claims"] == []
     assert paused["progress"]["savedStep"] is not None
 
 
-def _wait(
-    api: httpx.Client, run_id: str, done: Callable[[dict[str, Any]], Any], timeout: float = 30
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        run: dict[str, Any] = api.get(f"/v1/runs/{run_id}").json()
-        if done(run):
-            return run
-        assert time.monotonic() < deadline, run
-        time.sleep(0.05)
+def _run(api: httpx.Client, run_id: str) -> dict[str, Any]:
+    run: dict[str, Any] = api.get(f"/v1/runs/{run_id}").json()
+    return run
+
+
+def _pass_until(clock: ManualClock, done: Callable[[], Any], what: str) -> Any:
+    """Move the clock on by `INTERVAL` (the next pass, if something moves) until `done()`
+    returns something truthy, and return that."""
+
+    def look() -> Any:
+        clock.advance(INTERVAL)
+        clock.settle()
+        return done()
+
+    return until(look, what=what, timeout=60)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -20,6 +21,21 @@ def test_time_moves_only_when_advanced_or_slept() -> None:
     assert clock.monotonic() == 105.0
     with pytest.raises(ValueError, match="a clock does not go back"):
         clock.advance(-1)
+
+
+def test_its_date_and_time_moves_with_it_from_where_it_began() -> None:
+    began = datetime(2026, 1, 1, tzinfo=UTC)
+    clock = ManualClock(start=100.0, wall=began)
+    assert clock.now() == began
+    clock.advance(90.0)
+    assert clock.now() == began + timedelta(seconds=90)
+
+
+def test_without_a_start_its_date_and_time_is_the_machine_s_when_it_was_made() -> None:
+    before = datetime.now(UTC)
+    clock = ManualClock()
+    assert before <= clock.now() <= datetime.now(UTC)
+    assert SYSTEM_CLOCK.now().tzinfo is UTC
 
 
 def test_a_timed_wait_ends_when_the_clock_passes_its_deadline() -> None:
@@ -164,7 +180,7 @@ def test_a_timeout_block_ends_once_the_clock_passes_it() -> None:
                 await never.wait()
         await task
         async with clock.timeout(1.0):  # a block the clock does not pass ends as it ends
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a yield to the loop, not a wait
         with pytest.raises(TimeoutError):
             async with clock.timeout(0):
                 await never.wait()

@@ -330,9 +330,10 @@ def test_the_rules_take_linear_time_in_the_reward_terms() -> None:
     checked = Checked(
         plan=plan, engine="verl", image_text_rl=False, model=MODEL, pool=TRAINING, dataset=TEXT
     )
-    started = time.monotonic()
+    # In this process's CPU seconds: what other processes do to the machine does not count.
+    started = time.process_time()
     found = [(p.field, p.message) for p in validate(checked)]
-    assert time.monotonic() - started < 2
+    assert time.process_time() - started < 2
     assert found == [
         (
             "config.reward.terms",

@@ -12,6 +12,7 @@ import yaml
 
 from akka_training.api.runs import RunRecord
 from akka_training.testing.service import TrainerProcess
+from akka_training.testing.waiting import until
 
 # A catalog for tests whose jobs train nothing (the scripted job): no model files needed.
 SCRIPTED_CATALOG = [
@@ -112,17 +113,23 @@ def wait_for(
     timeout: float = 120.0,
 ) -> RunRecord:
     """Poll the run (through the client, not the CLI, to keep polling cheap) until `predicate`."""
-    deadline = time.monotonic() + timeout
     with trainer.client() as client:
-        while True:
+        seen: list[RunRecord] = []
+
+        def arrived() -> RunRecord | None:
             run = client.run(run_id)
-            if predicate(run):
-                return run
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"run {run_id} did not get there in {timeout} s: {run.phase} {run.progress}\n{trainer.log()[-3000:]}"
-                )
-            time.sleep(0.2)
+            seen[:] = [run]
+            return run if predicate(run) else None
+
+        found = until(
+            arrived,
+            what=f"run {run_id} to get there",
+            timeout=timeout,
+            interval=0.2,
+            detail=lambda: f"{seen[0].phase} {seen[0].progress}\n{trainer.log()[-3000:]}",
+        )
+        assert found is not None  # until returns only a truthy answer
+        return found
 
 
 def wait_phase(

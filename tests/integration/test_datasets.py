@@ -10,8 +10,6 @@ import pty
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import pytest
 
 from akka_training.core.errors import Forbidden, NotFound, PayloadTooLarge
 from akka_training.testing.service import TrainerProcess
+from akka_training.testing.waiting import until
 
 # Every test here talks to a trainer process this module starts.
 pytestmark = pytest.mark.slow
@@ -78,13 +77,6 @@ def blob_files(trainer: TrainerProcess) -> set[str]:
     """Every file in the blob directory, temporary and staged ones included."""
     root = trainer.home / "blobs"
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_register_shows_the_new_version(trainer: TrainerProcess, tmp_path: Path) -> None:
@@ -186,10 +178,15 @@ def test_a_client_that_goes_away_midway_leaves_nothing(trainer: TrainerProcess) 
     with socket.create_connection(("127.0.0.1", trainer.port)) as sock:
         sock.sendall(head.encode() + body[: len(body) // 2])
         # The service has begun to store the upload...
-        wait_until(lambda: any(temp.iterdir()))
+        until(lambda: any(temp.iterdir()), what="the upload to begin", timeout=10, interval=0.02)
     # ...and drops it when the connection goes.
-    wait_until(lambda: not any(temp.iterdir()))
-    wait_until(lambda: "an upload to maths/cut stopped before its end" in trainer.log())
+    until(lambda: not any(temp.iterdir()), what="the upload to go", timeout=10, interval=0.02)
+    until(
+        lambda: "an upload to maths/cut stopped before its end" in trainer.log(),
+        what="the log to say the upload stopped",
+        timeout=10,
+        interval=0.02,
+    )
     assert blob_files(trainer) == before
     with trainer.client() as admin:
         with pytest.raises(NotFound):

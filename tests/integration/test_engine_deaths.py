@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from akka_training.testing.waiting import until
 from tests.integration.helpers import ensure_project, start_run, steps_of, wait_for, wait_phase
 
 pytestmark = pytest.mark.slow
@@ -66,10 +66,7 @@ def plan(steps: int, save_every: int) -> dict[str, Any]:
 def job_of(trainer: Any, run: str) -> psutil.Process:
     handle = json.loads((Path(trainer.home) / "jobs" / run / "1" / "handle.json").read_text())
     runner = psutil.Process(handle["pid"])
-    deadline = time.monotonic() + 30
-    while not runner.children() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return runner.children()[0]
+    return until(runner.children, what="the runner to start its job", timeout=30)[0]
 
 
 def events_of(trainer: Any, run: str) -> list[str]:

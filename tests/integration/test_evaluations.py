@@ -5,13 +5,13 @@ worst and best first, `evaluations compare`, and the refusals in their words."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from akka_training.testing.service import TrainerProcess
+from akka_training.testing.waiting import until
 from tests.integration.helpers import ensure_project, register_dataset, write_plan
 from tests.integration.test_training import EXAMPLES, IMAGE_ROWS
 
@@ -312,9 +312,10 @@ def test_an_evaluation_waits_for_the_device_a_run_holds(trainer: TrainerProcess)
     assert (done["state"], done["sampleCount"]) == ("SUCCEEDED", 8)
     trainer.cli("training", "runs", "wait", run_id, timeout=120)
     # The evaluation's job exits after its report: its device goes back once it is gone.
-    for _ in range(600):
-        if not trainer.cli_json("training", "capacity")["claims"]:
-            break
-        time.sleep(0.1)
-    assert trainer.cli_json("training", "capacity")["claims"] == []
+    until(
+        lambda: trainer.cli_json("training", "capacity")["claims"] == [],
+        what="the evaluation's claim to go",
+        timeout=60,
+        interval=0.1,
+    )
     assert trainer.cli_json("training", "evaluations", "get", evaluation_id)["claim"] is None

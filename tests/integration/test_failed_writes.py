@@ -4,13 +4,13 @@ at the commit, after the handler has returned)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from akka_training.storage.db import Database
+from akka_training.testing.waiting import until
 from tests.conftest import drop_schema, postgres_schema_url
 from tests.db_faults import steps_refused
 from tests.integration.helpers import (
@@ -49,8 +49,13 @@ def test_steps_that_failed_to_save_are_sent_again_and_none_is_lost(
     db = Database(database_url or f"sqlite:///{trainer.home / 'trainer.db'}")
     try:
         with steps_refused(db):
-            time.sleep(2.0)  # several steps' reports fail to save meanwhile
-            assert "database error on POST /v1/jobs/" in trainer.log()
+            # Several steps' reports fail to save meanwhile.
+            until(
+                lambda: trainer.log().count("database error on POST /v1/jobs/") >= 3,
+                what="three step reports to fail to save",
+                timeout=120,
+                interval=0.2,
+            )
     finally:
         db.dispose()
     done = wait_phase(trainer, run, "COMPLETED", "FAILED")

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from akka_training.testing.waiting import until
 from tests.integration.helpers import (
     ensure_project,
     register_dataset,
@@ -45,10 +45,8 @@ def runner_and_job(trainer: Any, run: str, attempt: int) -> tuple[psutil.Process
         (Path(trainer.home) / "jobs" / run / str(attempt) / "handle.json").read_text()
     )
     runner = psutil.Process(handle["pid"])
-    deadline = time.monotonic() + 30
-    while not runner.children() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return runner, runner.children()[0]
+    children = until(runner.children, what="the runner to start its job", timeout=30)
+    return runner, children[0]
 
 
 def events_of(trainer: Any, run: str) -> list[str]:

@@ -5,6 +5,7 @@ started again."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from akka_training.testing.waiting import until
 from tests.integration.helpers import ensure_project, scripted_settings
 
 pytestmark = pytest.mark.slow
@@ -31,7 +33,7 @@ def slow_body(chunks: int) -> Iterator[bytes]:
     block = (json.dumps(row) + "\n").encode() * 1000  # about 1 MB
     for _ in range(chunks):
         yield block
-        time.sleep(0.05)
+        time.sleep(0.05)  # a slow client: the upload stays in flight (not a test's wait)
 
 
 def upload_in_background(trainer: Any) -> threading.Thread:
@@ -54,15 +56,6 @@ def upload_in_background(trainer: Any) -> threading.Thread:
     return thread
 
 
-def wait_until(condition: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def test_what_a_killed_service_and_a_killed_job_left_goes_after_the_grace(
     trainer_factory: Any,
 ) -> None:
@@ -76,7 +69,7 @@ def test_what_a_killed_service_and_a_killed_job_left_goes_after_the_grace(
     def big_part() -> list[Path]:
         return [p for p in (blobs / ".tmp").glob(".part-*") if p.stat().st_size > 20 * 2**20]
 
-    assert wait_until(lambda: bool(big_part()), 60), "the upload never reached 20 MB"
+    until(big_part, what="the upload to reach 20 MB", timeout=60, interval=0.2)
     trainer.kill()  # SIGKILL, by pid, mid-upload
     (part,) = big_part()
     # What a job killed while it uploaded snapshot step-20 leaves: its files, and no row.
@@ -84,12 +77,19 @@ def test_what_a_killed_service_and_a_killed_job_left_goes_after_the_grace(
     orphan.mkdir(parents=True)
     (orphan / "adapter_model.safetensors").write_bytes(b"\0" * 1024)
 
+    # Dated a minute ahead, the part is younger than the grace at start-up however long the
+    # restart takes on a loaded machine ...
+    ahead = time.time() + 60
+    os.utime(part, (ahead, ahead))
     trainer.start()
-    # Younger than the grace at start-up: kept (a live writer might still own it) ...
+    # ... so it is kept (a live writer might still own it) ...
     assert part.exists()
-    # ... and removed by the running service once the grace has passed, folders and all.
-    assert wait_until(lambda: not part.exists(), GRACE + 20), "the partial upload stayed"
-    assert wait_until(lambda: not (blobs / "runs" / "r-killed").exists(), 10)
+    # ... and, dated now again, removed by the running service once the grace has passed,
+    # folders and all.
+    written = time.time()
+    os.utime(part, (written, written))
+    until(lambda: not part.exists(), what="the partial upload to go", timeout=GRACE + 20)
+    until(lambda: not (blobs / "runs" / "r-killed").exists(), what="the orphan to go", timeout=10)
     assert not (blobs / "datasets" / "uploads").exists() or not any(
         (blobs / "datasets" / "uploads").iterdir()
     )

@@ -21,6 +21,7 @@ from akka_training.backends.base import LaunchRefused, LaunchRequest
 from akka_training.backends.ray import RayBackend
 from akka_training.config.pools import PoolSpec
 from akka_training.config.settings import RayBackend as RaySettings
+from akka_training.testing.waiting import until
 from tests.integration.helpers import (
     SCRIPTED_CATALOG,
     ensure_project,
@@ -76,11 +77,12 @@ def ended_after_its_report(head: RayHead, run_id: str, attempt: int) -> bool:
     """Whether the attempt's job sent its final report and ended. Ray learns of the exit a
     moment after the service learns of the report, and the controller stops a job whose run has
     ended while it still runs, so such a job ends SUCCEEDED or, as often, STOPPED."""
-    deadline = time.monotonic() + 30
-    info = job_info(head, run_id, attempt)
-    while info.status in ("PENDING", "RUNNING") and time.monotonic() < deadline:
-        time.sleep(0.2)
-        info = job_info(head, run_id, attempt)
+    info = until(
+        lambda: (i := job_info(head, run_id, attempt)).status not in ("PENDING", "RUNNING") and i,
+        what=f"the job of {run_id}'s attempt {attempt} to end",
+        timeout=30,
+        interval=0.2,
+    )
     return info.status in ("SUCCEEDED", "STOPPED") and info.driver_exit_code in (0, None)
 
 
@@ -297,10 +299,12 @@ def test_a_second_launch_of_an_attempt_finds_the_first_job(ray_head: RayHead) ->
         j for j in ray_jobs(ray_head).list_jobs() if (j.metadata or {}).get("akka.run") == run_id
     ]
     assert len(jobs) == 1
-    deadline = time.monotonic() + 60
-    while (status := backend.status(first)).state == "running":
-        assert time.monotonic() < deadline, "the job did not end"
-        time.sleep(0.2)
+    status = until(
+        lambda: (s := backend.status(first)).state != "running" and s,
+        what="the job to end",
+        timeout=60,
+        interval=0.2,
+    )
     assert (status.state, status.exit_code) == ("exited", 0)
     text, offset = backend.logs(first)
     assert f'"marker": "{run_id}"' in text
@@ -326,10 +330,12 @@ def test_an_interpreter_missing_on_the_node_is_a_failed_job_not_a_refusal(
 ) -> None:
     backend = _backend(ray_head, python="/nonexistent/bin/python3")
     handle = backend.launch(_request(f"r-nopython-{time.monotonic_ns()}", {}))
-    deadline = time.monotonic() + 60
-    while (status := backend.status(handle)).state == "running":
-        assert time.monotonic() < deadline, "the job did not end"
-        time.sleep(0.2)
+    status = until(
+        lambda: (s := backend.status(handle)).state != "running" and s,
+        what="the job to end",
+        timeout=60,
+        interval=0.2,
+    )
     assert (status.state, status.exit_code) == ("exited", 127)
     assert "trainer.ray.python" in (status.detail or "")
     assert "/nonexistent/bin/python3: not found" in backend.logs(handle)[0]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 
 from akka_training.core.errors import NotFound
 from akka_training.testing.service import TrainerProcess
+from akka_training.testing.waiting import until
 from tests.s3_server import Bucket
 
 pytestmark = pytest.mark.slow
@@ -74,7 +74,7 @@ def test_a_256_mib_registration_streams_into_the_bucket_with_flat_memory(
     def sample() -> None:
         while not done.is_set():
             peak[0] = max(peak[0], service.memory_info().rss)
-            time.sleep(0.05)
+            done.wait(0.05)  # a sample every 50 ms until the upload ends
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -127,14 +127,8 @@ def test_a_client_that_goes_away_midway_leaves_nothing_in_the_bucket(
     with socket.create_connection(("127.0.0.1", trainer.port)) as sock:
         sock.sendall(head.encode() + body[: 16 * MIB])
         # The service has begun to store the upload: a multipart upload is open.
-        deadline = time.monotonic() + 60
-        while not s3_bucket.open_uploads():
-            assert time.monotonic() < deadline, "no multipart upload was started"
-            time.sleep(0.05)
-    deadline = time.monotonic() + 60
-    while s3_bucket.open_uploads():
-        assert time.monotonic() < deadline, "the multipart upload was not aborted"
-        time.sleep(0.05)
+        until(s3_bucket.open_uploads, what="a multipart upload to start", timeout=60)
+    until(lambda: not s3_bucket.open_uploads(), what="the multipart upload's abort", timeout=60)
     assert s3_bucket.keys() == []
     with trainer.client() as admin, pytest.raises(NotFound):
         admin.dataset_versions("maths/cut")

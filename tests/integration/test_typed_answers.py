@@ -5,7 +5,6 @@ trainer, real scripted jobs, the real CLI."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import httpx
@@ -15,6 +14,7 @@ from pydantic import BaseModel
 from akka_training.api.runs import RunEndLine, RunEventLine, RunRecord, StepFigures
 from akka_training.core.errors import NotFound, PlanRefused
 from akka_training.testing.service import TrainerProcess
+from akka_training.testing.waiting import until
 from tests.integration.helpers import (
     ensure_project,
     register_dataset,
@@ -49,9 +49,7 @@ def run_id(trainer: TrainerProcess) -> str:
     wait_phase(trainer, run, "COMPLETED")
     # The claim goes once the job is gone: wait, so that every read below sees one state.
     with trainer.client() as client:
-        deadline = time.monotonic() + 30
-        while client.capacity().claims and time.monotonic() < deadline:
-            time.sleep(0.1)
+        until(lambda: not client.capacity().claims, what="the run's claim to go", timeout=30)
     return run
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
+import threading
 from collections.abc import Iterator
 
 import pynvml
@@ -10,18 +10,20 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from akka_training.core.clock import SYSTEM_CLOCK, Clock, ManualClock
 from akka_training.core.reports import Gpu
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry.gpu import GpuHealth, decode_throttle_reasons
 from akka_training.telemetry.job_metrics import JobTelemetry
 from akka_training.testing.fake_nvml import FakeGpu, FakeNvml
 from akka_training.testing.otlp_receiver import OtlpReceiver
+from akka_training.testing.waiting import until
 
 P = c.PREFIX
 A, B = "GPU-0a1b2c3d-0000-1111-2222-333344445555", "GPU-9f8e7d6c-0000-1111-2222-333344445555"
 
 
-def _nvml() -> FakeNvml:
+def _nvml(clock: Clock = SYSTEM_CLOCK) -> FakeNvml:
     return FakeNvml(
         [
             FakeGpu(
@@ -33,7 +35,17 @@ def _nvml() -> FakeNvml:
                 ecc_corrected=3,
             ),
             FakeGpu(B, index=1, unsupported={"nvmlDeviceGetTotalEccErrors"}),
-        ]
+        ],
+        clock=clock,
+    )
+
+
+def _close(health: GpuHealth, clock: ManualClock) -> None:
+    """Close `health`, moving the clock on until its thread's last wait for NVML ends."""
+    closing = threading.Thread(target=health.close)
+    closing.start()
+    until(
+        lambda: clock.advance(1) or not closing.is_alive(), what="the sampler to stop", timeout=30
     )
 
 
@@ -111,24 +123,21 @@ def test_xid_events_are_counted_per_gpu_and_code(
     memory: tuple[MeterProvider, InMemoryMetricReader],
 ) -> None:
     provider, reader = memory
-    nvml = _nvml()
-    health = GpuHealth(provider.get_meter("t"), [A, B], nvml=nvml, interval_s=60)
+    clock = ManualClock()
+    nvml = _nvml(clock)
+    health = GpuHealth(provider.get_meter("t"), [A, B], nvml=nvml, interval_s=60, clock=clock)
     assert health.start()
     try:
         assert {uuid for uuid, _ in nvml.registered} == {A, B}
         assert all(kind == nvml.nvmlEventTypeXidCriticalError for _, kind in nvml.registered)
+        clock.settle(threads=1)  # the thread waits for NVML's events
         nvml.queue_xid(B, 79)
         nvml.queue_xid(B, 79)
         nvml.queue_xid(A, 48)
-        deadline = time.monotonic() + 5
-        counted: list[tuple[dict, float]] = []
-        while time.monotonic() < deadline:
-            counted = _points(reader, P + "gpu.xid.errors")
-            if sum(v for _, v in counted) == 3:
-                break
-            time.sleep(0.02)
+        clock.settle()  # it took them, with no time passing, and waits again
+        counted = _points(reader, P + "gpu.xid.errors")
     finally:
-        health.close()
+        _close(health, clock)
     assert sorted((a[c.GPU_UUID], a[c.GPU_XID], v) for a, v in counted if v) == [
         (A, 48, 1),
         (B, 79, 2),
@@ -143,20 +152,25 @@ def test_the_sampler_thread_follows_changing_readings(
     memory: tuple[MeterProvider, InMemoryMetricReader],
 ) -> None:
     provider, reader = memory
-    nvml = _nvml()
-    health = GpuHealth(provider.get_meter("t"), [A], nvml=nvml, interval_s=0.05, event_wait_ms=10)
+    clock = ManualClock()
+    nvml = _nvml(clock)
+    health = GpuHealth(
+        provider.get_meter("t"), [A], nvml=nvml, interval_s=0.5, event_wait_ms=100, clock=clock
+    )
     assert health.start()
     try:
+        clock.settle(threads=1)
         nvml.gpus[0].temperature_c = 91
         nvml.gpus[0].clock_reasons = FakeNvml.nvmlClocksEventReasonGpuIdle
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            if _points(reader, P + "gpu.temperature") == [({c.GPU_UUID: A, c.GPU_INDEX: 0}, 91)]:
-                break
-            time.sleep(0.02)
+        clock.advance(0.25)  # within the interval: no sample yet
+        clock.settle()
+        assert _points(reader, P + "gpu.temperature")[0][1] != 91
+        clock.advance(0.25)  # the interval is up: the thread samples
+        clock.settle()
+        assert _points(reader, P + "gpu.temperature") == [({c.GPU_UUID: A, c.GPU_INDEX: 0}, 91)]
         throttle = {a[c.GPU_THROTTLE_REASON]: v for a, v in _points(reader, P + "gpu.throttle")}
     finally:
-        health.close()
+        _close(health, clock)
     assert _points(reader, P + "gpu.temperature")[0][1] == 91
     assert throttle["gpu-idle"] == 1 and throttle["sw-power-cap"] == 0
 

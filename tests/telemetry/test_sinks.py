@@ -4,10 +4,11 @@ before one write, and a flush or close writes what waits at once."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping
 
+from akka_training.core.clock import ManualClock
 from akka_training.telemetry.sinks import BackgroundSinks
+from akka_training.testing.waiting import until
 
 
 class Recording:
@@ -28,11 +29,12 @@ class Recording:
 
 def test_figures_gather_until_the_gather_time_or_a_flush_and_close_writes_the_rest() -> None:
     sink = Recording()
-    background = BackgroundSinks([sink], gather_seconds=30)
+    clock = ManualClock()
+    background = BackgroundSinks([sink], gather_seconds=30, clock=clock)
     try:
         for step in (1, 2, 3):
             background.log_dict("sft", step, {"loss": 1.0 / step})
-        time.sleep(0.2)
+        clock.settle(threads=1)  # the thread took the first figures and waits for the rest
         assert sink.steps == []  # gathering: the thread wakes once for all of them
 
         flushing = threading.Thread(target=background.flush)
@@ -54,12 +56,15 @@ def test_figures_gather_until_the_gather_time_or_a_flush_and_close_writes_the_re
 
 def test_figures_reach_the_sinks_within_the_gather_time_without_a_flush() -> None:
     sink = Recording()
-    background = BackgroundSinks([sink], gather_seconds=0.05)
+    clock = ManualClock()
+    background = BackgroundSinks([sink], gather_seconds=0.5, clock=clock)
     try:
         background.log_dict("grpo", 7, {"reward/mean": 0.5})
-        deadline = time.monotonic() + 5
-        while not sink.steps and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert sink.steps == [7]
+        clock.settle(threads=1)
+        clock.advance(0.4)
+        clock.settle()
+        assert sink.steps == []
+        clock.advance(0.1)  # the gather time is up: the thread writes
+        assert until(lambda: sink.steps, what="the figures to reach the sink", timeout=30) == [7]
     finally:
         background.close()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +37,7 @@ from akka_training.controller.leader import Leadership
 from akka_training.controller.sweep import sweep_snapshots
 from akka_training.controller.tasks import reconcile_tasks
 from akka_training.controller.views import Decision, Limits, Probe, RunView
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.rules import IllegalTransition
 from akka_training.core.states import OPEN_CLAIM_STATES, AttemptState, ClaimRule, ClaimState
@@ -66,8 +66,10 @@ PHASES: dict[str, Callable[..., Decision]] = {
 
 
 class Controller:
-    def __init__(self, ctx: AppContext) -> None:
+    def __init__(self, ctx: AppContext, clock: Clock = SYSTEM_CLOCK) -> None:
         self.ctx = ctx
+        # The pace's time: the waits between passes, the follower's look, the cleanup's.
+        self.clock = clock
         cfg = ctx.settings.trainer.controller
         self.interval = cfg.interval_seconds
         self.steady_interval = max(cfg.steady_seconds, cfg.interval_seconds)
@@ -89,10 +91,10 @@ class Controller:
         self._lock = threading.Lock()
         self._unreachable_since: datetime | None = None
         self._stop = threading.Event()
-        self._wake = threading.Event()
+        self._wake = clock.event()
         self._thread: threading.Thread | None = None
         self._ticks = 0
-        self._cleaned_at = time.monotonic()  # the start-up cleanup just ran
+        self._cleaned_at = clock.monotonic()  # the start-up cleanup just ran
         # Extra work each pass (pipelines); each says whether it has work in progress.
         self.hooks: list[Callable[[], bool]] = []
 
@@ -135,7 +137,7 @@ class Controller:
     def tick(self) -> None:
         self.steady = False
         if not self.leader.hold():
-            if time.monotonic() - self._observed_at > FOLLOWER_OBSERVE_PASSES * self.interval:
+            if self.clock.monotonic() - self._observed_at > FOLLOWER_OBSERVE_PASSES * self.interval:
                 self._observe()
             return
         self._ticks += 1
@@ -161,9 +163,9 @@ class Controller:
         if self._ticks % 20 == 0:
             sweep_snapshots(self.ctx)
         storage = self.ctx.settings.trainer.storage
-        if time.monotonic() - self._cleaned_at > storage.cleanup_every_seconds:
+        if self.clock.monotonic() - self._cleaned_at > storage.cleanup_every_seconds:
             # What a killed job or a killed upload left, past its grace, as at start-up.
-            self._cleaned_at = time.monotonic()
+            self._cleaned_at = self.clock.monotonic()
             clean_crash_leftovers(self.ctx.blobs, self.ctx.db, storage.cleanup_grace_seconds)
 
     def _observe(self) -> None:
@@ -175,7 +177,7 @@ class Controller:
                 log.warning("the cluster does not answer: %s", exc)
                 self._unreachable_since = datetime.now(UTC)
             self._observed = None
-        self._observed_at = time.monotonic()
+        self._observed_at = self.clock.monotonic()
         published = None if self._observed is None else dict(self._observed)
         with self._lock:
             self._published = published

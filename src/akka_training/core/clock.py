@@ -30,6 +30,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
@@ -54,12 +55,15 @@ class Event(Protocol):
 class Clock(Protocol):
     """The time code reads, and the waits it makes.
 
-    `monotonic` is the time in seconds (only differences mean anything); `sleep` and `asleep`
+    `monotonic` is the time in seconds (only differences mean anything); `now` is the date and
+    time (UTC) that a record is stamped with or a figure is counted up to; `sleep` and `asleep`
     (in a coroutine) wait a number of seconds; `timeout` bounds the awaits of a coroutine's
     block as `asyncio.timeout` does (TimeoutError); `event` and `condition` make the
     synchronisation objects whose timed waits count this clock's seconds."""
 
     def monotonic(self) -> float: ...
+
+    def now(self) -> datetime: ...
 
     def sleep(self, seconds: float) -> None: ...
 
@@ -77,6 +81,9 @@ class SystemClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
@@ -102,9 +109,14 @@ class ManualClock:
     ends the `timeout` blocks) it passes the deadline of; a `sleep` (or `asleep`) moves it by
     its own length at once (the sleeper is the one making time pass: the sleeps of tasks that
     sleep side by side add up). `settle` waits, in real time, until the threads that wait on
-    this clock are all waiting again."""
+    this clock are all waiting again.
 
-    def __init__(self, start: float = 0.0) -> None:
+    Its date and time (`now`) begins at `wall` (the machine's when the clock is made, so that it
+    reads as the time of the records the code under test stamps itself) and moves with it."""
+
+    def __init__(self, start: float = 0.0, wall: datetime | None = None) -> None:
+        self._start = start
+        self._wall = wall if wall is not None else datetime.now(UTC)
         self._now = start
         self._lock = threading.Lock()
         # Notified whenever a thread begins a wait (what `settle` waits for).
@@ -120,6 +132,10 @@ class ManualClock:
     def monotonic(self) -> float:
         with self._lock:
             return self._now
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._wall + timedelta(seconds=self._now - self._start)
 
     def sleep(self, seconds: float) -> None:
         self.advance(max(0.0, seconds))

@@ -17,6 +17,7 @@ from akka_training.config.devices import HostDevices, detect_devices
 from akka_training.config.pools import PoolSpec, default_pool, pools_from_settings
 from akka_training.config.settings import Settings, SettingsError
 from akka_training.core.catalog import CatalogModel
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.core.errors import NotFound
 from akka_training.deployment.cleanup import clean_crash_leftovers
 from akka_training.deployment.devcatalog import load_dev_catalog
@@ -60,6 +61,8 @@ class AppContext:
     started_at: float = field(default_factory=time.time)
     startup_seconds: float = 0.0
     startup_note: str = ""
+    # The time the service's answers count up to (a run's cost while it runs).
+    clock: Clock = SYSTEM_CLOCK
     # Filled by the app: the controller and the telemetry, when running.
     controller: ControllerHandle | None = None
     telemetry: TelemetryHandle | None = None

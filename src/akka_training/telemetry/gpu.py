@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -25,6 +24,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.telemetry import catalog as c
 from akka_training.telemetry.otel import create_instruments
 
@@ -125,7 +125,8 @@ class GpuHealth:
 
     `gpus`: the GPUs to watch, each a UUID (``GPU-…``) or an NVML index; None for every GPU
     NVML sees. `sample()` and `poll_events()` are what the thread calls; they are public so a
-    caller can take a reading at a moment of its choice.
+    caller can take a reading at a moment of its choice. `clock`: the time the interval counts
+    (NVML's own event wait counts the machine's; a test's fake NVML takes the test's clock).
     """
 
     def __init__(
@@ -136,15 +137,17 @@ class GpuHealth:
         nvml: Any | None = None,
         interval_s: float = 15.0,
         event_wait_ms: int = 250,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._requested = gpus
+        self._clock = clock
         self._nvml_arg = nvml
         self._interval = interval_s
         self._event_wait_ms = event_wait_ms
         self._nvml: Any | None = None
         self._gpus: list[_Gpu] = []
         self._events: Any | None = None
-        self._stop = threading.Event()
+        self._stop = clock.event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._ecc: dict[tuple[str, int, str], int] = {}
@@ -254,9 +257,9 @@ class GpuHealth:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            deadline = time.monotonic() + self._interval
+            deadline = self._clock.monotonic() + self._interval
             while not self._stop.is_set():
-                left_ms = int((deadline - time.monotonic()) * 1000)
+                left_ms = int((deadline - self._clock.monotonic()) * 1000)
                 if left_ms <= 0:
                     break
                 self.poll_events(min(left_ms, self._event_wait_ms))

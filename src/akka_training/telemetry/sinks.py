@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
+
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
@@ -127,13 +129,15 @@ class BackgroundSinks:
     TensorBoard's own writer thread) for many short steps, not one a step. Each wake takes a
     core from the training threads for a moment, and every matmul waits for the slower of its
     two threads (bench/engine_overhead.py). A step's figures reach the files at most
-    `gather_seconds` after it ends; `flush` and `close` write at once."""
+    `gather_seconds` (of `clock`) after it ends; `flush` and `close` write at once."""
 
-    def __init__(self, sinks: list[Sink], gather_seconds: float = 0.5) -> None:
+    def __init__(
+        self, sinks: list[Sink], gather_seconds: float = 0.5, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.sinks = sinks
         self.gather_seconds = gather_seconds
         self._queue: queue.Queue[tuple[str, int, dict[str, float]] | None] = queue.Queue()
-        self._hurry = threading.Event()
+        self._hurry = clock.event()
         self._thread = threading.Thread(target=self._write, name="akka-sinks", daemon=True)
         self._thread.start()
 

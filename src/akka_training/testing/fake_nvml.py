@@ -13,12 +13,12 @@ events with `queue_xid`.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from akka_training.core.clock import SYSTEM_CLOCK, Clock
 
 
 @dataclass
@@ -109,14 +109,22 @@ class FakeNvml:
     nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x0000000000000080
     nvmlClocksEventReasonDisplayClockSetting = 0x0000000000000100
 
-    def __init__(self, gpus: Sequence[FakeGpu], *, init_error: int | None = None) -> None:
+    def __init__(
+        self,
+        gpus: Sequence[FakeGpu],
+        *,
+        init_error: int | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        """`clock`: the time `nvmlEventSetWait`'s timeout counts (a test's `ManualClock`)."""
         self.gpus = list(gpus)
+        self._clock = clock
         self.init_error = init_error
         self.init_calls = 0
         self.shutdown_calls = 0
         self.registered: list[tuple[str, int]] = []
         self._events: deque[_EventData] = deque()
-        self._event_ready = threading.Condition()
+        self._event_ready = clock.condition()
         self._initialised = 0
 
     @classmethod
@@ -222,10 +230,10 @@ class FakeNvml:
     def nvmlEventSetWait(self, _event_set: object, timeout_ms: int) -> _EventData:
         """The next queued event, or NVML_ERROR_TIMEOUT after `timeout_ms`."""
         self._check()
-        deadline = time.monotonic() + timeout_ms / 1000
+        deadline = self._clock.monotonic() + timeout_ms / 1000
         with self._event_ready:
             while not self._events:
-                left = deadline - time.monotonic()
+                left = deadline - self._clock.monotonic()
                 if left <= 0:
                     raise _NVMLError(self.NVML_ERROR_TIMEOUT)
                 self._event_ready.wait(left)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import gzip
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,6 +34,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
+
+from akka_training.testing.waiting import until
 
 T = TypeVar("T")
 
@@ -124,19 +125,19 @@ class OtlpReceiver:
 
     def wait_for(self, predicate: Callable[[OtlpReceiver], T | None], timeout: float = 10.0) -> T:
         """Poll `predicate(self)` until it returns something truthy, and return that;
-        TimeoutError (naming what arrived) after `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = predicate(self)
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"nothing matched within {timeout}s; received metrics "
-                    f"{sorted({m.name for m in self.metrics()})}, spans "
-                    f"{sorted({s.name for s in self.spans()})}"
-                )
-            time.sleep(0.02)
+        AssertionError (naming what arrived) after `timeout` seconds."""
+        found = until(
+            lambda: predicate(self),
+            what="the receiver to get a match",
+            timeout=timeout,
+            interval=0.02,
+            detail=lambda: (
+                f"received metrics {sorted({m.name for m in self.metrics()})}, "
+                f"spans {sorted({s.name for s in self.spans()})}"
+            ),
+        )
+        assert found is not None  # until returns only a truthy answer
+        return found
 
     def wait_for_metric(
         self,

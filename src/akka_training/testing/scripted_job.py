@@ -90,7 +90,7 @@ def main(path: str) -> int:
     save_every = settings.execution.save_every
     step = start
     while step < total:
-        time.sleep(step_seconds)
+        time.sleep(step_seconds)  # the job's work: a step takes this long (not a test's wait)
         step += 1
         if step == 2 and mode:
             _misbehave(mode, reporter)
@@ -165,7 +165,7 @@ def _misbehave(mode: str, reporter: HttpReporter) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "hang":
         while True:
-            time.sleep(1)
+            time.sleep(1)  # the job hangs (what a test of hung jobs needs): not a test's wait
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import yaml
 
 from akka_training.client.trainer import TrainerClient
 from akka_training.core.documents import deep_merge
+from akka_training.testing.waiting import until
 
 
 def free_port() -> int:
@@ -86,17 +86,21 @@ class TrainerProcess:
             start_new_session=True,
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the trainer exited at start:\n{self.log()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"the trainer did not start in {timeout} s:\n{self.log()[-3000:]}")
+        until(
+            self._healthy,
+            what="the trainer to start",
+            timeout=timeout,
+            ignoring=(httpx.HTTPError,),
+            detail=lambda: self.log()[-3000:],
+        )
+        return self
+
+    def _healthy(self) -> bool:
+        """Whether the trainer answers its health check; RuntimeError if it exited."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"the trainer exited at start:\n{self.log()[-3000:]}")
+        return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -101,9 +101,10 @@ def test_nan_in_a_json_body_is_refused(api: httpx.Client, dataset: Any) -> None:
 
 def test_a_plan_with_100k_reward_terms_is_refused_at_once(api: httpx.Client, dataset: Any) -> None:
     terms = [{"name": f"t{i}", "kind": "match"} for i in range(100_000)]
-    started = time.monotonic()
+    # In this process's CPU seconds (the app runs in it): the machine's load does not count.
+    started = time.process_time()
     response = api.post("/v1/runs", json=grpo_plan(terms))
-    elapsed = time.monotonic() - started
+    elapsed = time.process_time() - started
     assert problems(response) == [
         ("config.reward.terms", "config.reward.terms has 100000 items; it holds at most 64.")
     ]

@@ -62,7 +62,8 @@ def test_a_submission_that_cannot_get_the_database_in_time_answers_503_with_retr
         "code": "unavailable",
         "message": BUSY[trainer.ctx.db.dialect],
     }
-    assert WAIT * 0.8 <= waited < WAIT + 5
+    # It waited its turn before it gave up (a loaded machine only makes that longer).
+    assert waited >= WAIT * 0.8
     assert api.get("/v1/runs").json() == []
     # Once the database is free the same submission goes through, once.
     first = api.post("/v1/runs", json=sft_plan(submissionId="busy-1"))

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import itertools
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
+from akka_training.core.clock import ManualClock
 from akka_training.rewards.rollouts import Rollout, step_file_bytes
+from akka_training.storage.models import Attempt
 from akka_training.testing.app import InProcessTrainer
 from tests.server.routers.helpers import answer, chat_rows, error, register, sft_plan
 
@@ -399,7 +402,11 @@ def test_reports_that_came_in_one_batch_are_each_kept_steps_at_their_own_time(
     api: httpx.Client, dataset: Any, trainer: InProcessTrainer
 ) -> None:
     run_id, job, base = _job_of_a_new_run(api, trainer)
-    time.sleep(0.3)  # the steps below ended after the job started
+    # The job started a second ago: the steps below ended after that.
+    with trainer.ctx.db.session() as session:
+        attempt = session.scalars(select(Attempt).where(Attempt.run_id == run_id)).one()
+        assert attempt.started_at is not None
+        attempt.started_at -= timedelta(seconds=1)
     # Three short steps that ended 0.25, 0.15 and 0.05 s before their report went, and the
     # snapshot of step 2 between them.
     keys = f"runs/{run_id}/snapshots/step-2"
@@ -412,6 +419,7 @@ def test_reports_that_came_in_one_batch_are_each_kept_steps_at_their_own_time(
     ]  # fmt: skip
     sent = time.time()
     response = job.post(f"{base}/batch", json={"reports": reports})
+    answered = time.time()
     assert response.status_code == 200, response.text
     assert response.json() == {"action": "continue"}
 
@@ -419,7 +427,8 @@ def test_reports_that_came_in_one_batch_are_each_kept_steps_at_their_own_time(
     assert [(s["step"], s["loss"]) for s in kept] == [(1, 1.0), (2, 0.5), (3, 0.25)]
     at = [datetime.fromisoformat(s["at"]).timestamp() for s in kept]
     assert [round(b - a, 2) for a, b in itertools.pairwise(at)] == [0.1, 0.1]
-    assert sent - 0.3 < at[0] < sent
+    # Stamped when the batch came, less its `ago`: between the send and the answer, less 0.25 s.
+    assert sent - 0.25 - 1e-3 <= at[0] <= answered - 0.25 + 1e-3
     run = api.get(f"/v1/runs/{run_id}").json()
     assert (run["progress"]["observedStep"], run["progress"]["savedStep"]) == (3, 2)
     assert [s["name"] for s in api.get(f"/v1/runs/{run_id}/snapshots").json()] == ["step-2"]
@@ -550,10 +559,14 @@ def test_gpu_seconds_stop_when_the_run_completes_while_its_job_exits(
     assert job.post(f"{base}/finished", json=finished).is_success
     first = api.get(f"/v1/runs/{run_id}").json()
     assert first["phase"] == "COMPLETED"
-    # The job has not exited yet: its claim is still held, but the run's clock has stopped.
+    # The job has not exited yet: its claim is still held, but the run's clock has stopped:
+    # an hour later, it counts the same.
     assert [c["for"] for c in api.get("/v1/capacity").json()["claims"]] == [run_id]
-    time.sleep(1.2)
-    assert api.get(f"/v1/runs/{run_id}").json()["cost"]["gpuSeconds"] == first["cost"]["gpuSeconds"]
+    trainer.ctx.clock = clock = ManualClock()
+    clock.advance(3600)
+    later = api.get(f"/v1/runs/{run_id}").json()
+    assert later["cost"]["gpuSeconds"] == first["cost"]["gpuSeconds"]
+    assert later["cost"]["durationSeconds"] == first["cost"]["durationSeconds"]
 
 
 def _job_of_a_new_run(

@@ -3,7 +3,7 @@ Settings."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import desc, func, select
@@ -74,7 +74,7 @@ def run_summary(run: Run) -> RunSummary:
 
 def run_record(session: Session, ctx: AppContext, run: Run, existing: bool = False) -> RunRecord:
     """The run as `runs get` shows it; `existing`: the answer to a resubmission."""
-    now = datetime.now(UTC)
+    now = ctx.clock.now()
     figures = run.summary
     return RunRecord(
         **dict(run_summary(run)),
