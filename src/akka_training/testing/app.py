@@ -42,6 +42,7 @@ import yaml
 from fastapi import FastAPI
 
 from akka_training.backends.base import LaunchRequest
+from akka_training.backends.local.backend import LocalBackend
 from akka_training.config.settings import Settings, load_settings
 from akka_training.controller import queued
 from akka_training.controller.apply import apply, load_view
@@ -85,6 +86,10 @@ class InProcessTrainer:
             self.ctx: AppContext = build_context(self.settings)
             self._resources.callback(self.ctx.db.dispose)
             self._resources.callback(self.ctx.backend.close)
+            if isinstance(self.ctx.backend, LocalBackend):
+                # The test's jobs end with it: a runner left running would be collected (and
+                # warned about) in a later test.
+                self._resources.callback(self.ctx.backend.end_jobs)
             self.telemetry = Observability(self.ctx)
             self._resources.callback(self.telemetry.shutdown)
             self.ctx.telemetry = self.telemetry

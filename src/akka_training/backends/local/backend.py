@@ -172,6 +172,20 @@ class LocalBackend(Backend):
         except psutil.NoSuchProcess:
             return False
 
+    def end_jobs(self) -> None:
+        """End every job this backend started and wait for its runner (a test's trainer at its
+        end; a service's `close` leaves its jobs running)."""
+        with self._lock:
+            children = list(self._children.values())
+            self._children.clear()
+        for proc in children:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+
     def _reap(self, pid: int) -> None:
         with self._lock:
             proc = self._children.get(pid)
