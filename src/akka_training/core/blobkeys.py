@@ -32,10 +32,6 @@ def bundle_key(sha256: str) -> str:
     return f"bundles/sha256/{sha256}.zip"
 
 
-def run_prefix(run_id: str) -> str:
-    return f"runs/{run_id}/"
-
-
 def adapter_prefix(run_id: str) -> str:
     return f"runs/{run_id}/adapter/"
 
