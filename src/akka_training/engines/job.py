@@ -41,7 +41,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from akka_training.blobstore import open_blob_store
 from akka_training.core.reports import FailedReport, FinishedReport, Placement, StoppedReport
-from akka_training.core.resolved import JobSpec
+from akka_training.core.resolved import TOKEN_ENV, JobSpec
 from akka_training.engines.bundles import bundle_resolver
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.engine import Engine, load_engine
@@ -61,8 +61,6 @@ from akka_training.telemetry.tracing import Tracing, job_traceparent
 from akka_training.telemetry.tracking import MlflowTracking, card_facts
 
 log = logging.getLogger("akka_training.job")
-
-TOKEN_ENV = "AKKA_JOB_TOKEN"
 
 
 def main(argv: list[str] | None = None) -> int:
