@@ -4,9 +4,13 @@ own attempt only), its environment, its memory limit and its entry module."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
+
+from akka_training.config.settings import load_settings
 from akka_training.controller.apply import record_launched
-from akka_training.controller.launch import prepare_launch
+from akka_training.controller.launch import job_addresses, job_env, prepare_launch
 from akka_training.core.phases import Phase
 from akka_training.core.states import AttemptState, ClaimState
 from akka_training.testing.app import InProcessTrainer
@@ -185,3 +189,37 @@ def test_nothing_is_launched_for_an_attempt_that_moved_on_or_devices_not_granted
     assert prepare_launch(trainer.ctx, "nope", 1) is None
     record_launched(trainer.ctx.db, "r1", 2, {"pid": 1})
     assert prepare_launch(trainer.ctx, "r1", 2) is None  # launched already
+
+
+def test_runs_and_tasks_get_the_addresses_a_ray_worker_reaches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AKKA_HOME", str(tmp_path))
+    path = tmp_path / "settings.yaml"
+    path.write_text(
+        "trainer:\n"
+        "  backend: ray\n"
+        "  ray:\n"
+        "    trainer-url: http://trainer.cluster.local:9001\n"
+        "  storage:\n"
+        "    url: s3://bucket/akka\n"
+        "    s3:\n"
+        "      endpoint-url: http://127.0.0.1:9000\n"
+        "      access-key-id: AKIDEXAMPLE\n"
+        "      secret-access-key: secret\n"
+    )
+    settings = load_settings(path)
+
+    addresses = job_addresses(settings)
+    env = job_env(settings, "AKKA_TASK_TOKEN", "token-1", TRACEPARENT)
+
+    # The worker's own address of the service; the store as the service names it.
+    assert addresses.trainer_url == "http://trainer.cluster.local:9001"
+    assert addresses.storage_url == "s3://bucket/akka"
+    assert addresses.storage_s3.endpoint_url == "http://127.0.0.1:9000"
+    assert env == {
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AKKA_TASK_TOKEN": "token-1",
+        "TRACEPARENT": TRACEPARENT,
+    }

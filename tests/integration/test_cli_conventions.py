@@ -9,9 +9,6 @@ from typing import Any
 import pytest
 
 from tests.integration.helpers import (
-    ensure_project,
-    register_dataset,
-    scripted_settings,
     sft_plan,
     start_run,
     wait_phase,
@@ -23,11 +20,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def trainer(trainer_factory: Any) -> Any:
-    t = trainer_factory(scripted_settings(), env={"AKKA_SCRIPTED_STEP_SECONDS": "0.2"})
-    ensure_project(t, "maths")
-    register_dataset(t, "maths/train")
-    return t
+def scripted_env() -> dict[str, str]:
+    return {"AKKA_SCRIPTED_STEP_SECONDS": "0.2"}
 
 
 def test_exit_statuses_and_errors_a_script_can_read(trainer: Any) -> None:

@@ -32,11 +32,8 @@ STEP = {"AKKA_SCRIPTED_STEP_SECONDS": "0.3"}
 
 
 @pytest.fixture
-def trainer(trainer_factory: Any) -> Any:
-    t = trainer_factory(scripted_settings(), env=STEP)
-    ensure_project(t, "maths")
-    register_dataset(t, "maths/train")
-    return t
+def scripted_env() -> dict[str, str]:
+    return STEP
 
 
 def runner_and_job(trainer: Any, run: str, attempt: int) -> tuple[psutil.Process, psutil.Process]:

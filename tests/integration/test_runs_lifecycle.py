@@ -30,11 +30,8 @@ STEP = {"AKKA_SCRIPTED_STEP_SECONDS": "0.25"}
 
 
 @pytest.fixture
-def trainer(trainer_factory: Any) -> Any:
-    t = trainer_factory(scripted_settings(), env=STEP)
-    ensure_project(t, "maths")
-    register_dataset(t, "maths/train")
-    return t
+def scripted_env() -> dict[str, str]:
+    return STEP
 
 
 def test_two_runs_compete_for_one_device_and_run_one_after_the_other(trainer: Any) -> None:

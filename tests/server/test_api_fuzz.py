@@ -8,7 +8,6 @@ under two minutes; the seed is fixed, so a failure is found again by running it 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -39,11 +38,6 @@ def _ndjson(_ctx: Any, value: Any) -> bytes:
 @schemathesis.serializer("application/zip", "application/octet-stream")
 def _raw(_ctx: Any, value: Any) -> bytes:
     return value if isinstance(value, bytes) else json.dumps(value).encode()
-
-
-@pytest.fixture
-def trainer(in_process_factory: Callable[..., InProcessTrainer]) -> InProcessTrainer:
-    return in_process_factory({"trainer": {"projects": [{"name": "maths", "quota": 2}]}})
 
 
 def test_no_generated_request_is_answered_with_a_5xx(trainer: InProcessTrainer) -> None:

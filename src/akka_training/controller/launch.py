@@ -1,20 +1,58 @@
 """What a job is started with: its spec (the resolved settings, the snapshot to resume from,
-where to report) and its token."""
+where to report) and its token.
+
+`job_addresses` and `job_env` are what every job is started with, a run's attempt or a task
+(`controller.tasks`): where it reports and reads the store, and its environment."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from sqlalchemy import select
 
 from akka_training.backends.base import LaunchRequest
-from akka_training.core.resolved import JobSpec, ResumePoint, Settings, Telemetry
+from akka_training.config.settings import Settings as TrainerSettings
+from akka_training.core.resolved import TOKEN_ENV, JobSpec, ResumePoint, Settings, Telemetry
 from akka_training.core.states import AttemptState, ClaimState
+from akka_training.core.storage import S3Options
 from akka_training.deployment.context import AppContext
 from akka_training.storage.models import Attempt, Claim, Run, Snapshot
 from akka_training.storage.tokens import create_job_token
+from akka_training.telemetry.tracing import TRACEPARENT_ENV
 
 SCRIPTED_JOB = "akka_training.testing.scripted_job"
+
+
+@dataclass(frozen=True)
+class JobAddresses:
+    """Where a job reaches the service and the blob store."""
+
+    trainer_url: str
+    storage_url: str
+    storage_s3: S3Options
+
+
+def job_addresses(settings: TrainerSettings) -> JobAddresses:
+    """The service's and the store's addresses as a job sees them: under Ray, the addresses
+    `trainer.ray` gives for the cluster's nodes when it gives them, else the service's own."""
+    ray = settings.trainer.ray if settings.trainer.backend == "ray" else None
+    return JobAddresses(
+        trainer_url=ray.trainer_url if ray and ray.trainer_url else settings.trainer_url,
+        storage_url=ray.storage_url if ray and ray.storage_url else settings.storage_url,
+        storage_s3=settings.trainer.storage.s3.options(),
+    )
+
+
+def job_env(
+    settings: TrainerSettings, token_env: str, token: str, traceparent: str | None
+) -> dict[str, str]:
+    """A job's environment: the store's credentials when the settings hold them (else the
+    worker's own chain), its token under `token_env`, and the trace it joins."""
+    env = {**settings.trainer.storage.s3.job_env(), token_env: token}
+    if traceparent:
+        env[TRACEPARENT_ENV] = traceparent
+    return env
 
 
 def prepare_launch(
@@ -43,7 +81,7 @@ def prepare_launch(
                 )
         token = create_job_token(session, run_id, number, run.project)
         settings = ctx.settings
-        ray = settings.trainer.ray if settings.trainer.backend == "ray" else None
+        addresses = job_addresses(settings)
         spec = JobSpec(
             run_id=run_id,
             attempt=number,
@@ -51,9 +89,9 @@ def prepare_launch(
             model_name=run.model_name,
             pipeline=run.pipeline_id,
             stage=run.stage,
-            trainer_url=(ray.trainer_url if ray and ray.trainer_url else settings.trainer_url),
-            storage_url=(ray.storage_url if ray and ray.storage_url else settings.storage_url),
-            storage_s3=settings.trainer.storage.s3.options(),
+            trainer_url=addresses.trainer_url,
+            storage_url=addresses.storage_url,
+            storage_s3=addresses.storage_s3,
             settings=Settings.model_validate(run.settings),
             resume=resume,
             telemetry=Telemetry(
@@ -71,10 +109,7 @@ def prepare_launch(
         host_memory = None
         if settings.trainer.local.enforce_host_memory and envelope and envelope.host_memory_gib:
             host_memory = math.ceil(envelope.host_memory_gib * 2**30)
-        # The store's credentials, when the settings hold them (else the worker's own chain).
-        env = {**settings.trainer.storage.s3.job_env(), "AKKA_JOB_TOKEN": token}
-        if spec.telemetry.traceparent:
-            env["TRACEPARENT"] = spec.telemetry.traceparent
+        env = job_env(settings, TOKEN_ENV, token, spec.telemetry.traceparent)
         verl_python = settings.trainer.reinforcement.verl_python
         if verl_python:
             env["AKKA_VERL_PYTHON"] = verl_python

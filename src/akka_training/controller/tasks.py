@@ -28,6 +28,7 @@ from akka_training.backends.base import (
     LaunchRefused,
     LaunchRequest,
 )
+from akka_training.controller.launch import job_addresses, job_env
 from akka_training.controller.views import Limits
 from akka_training.core.states import (
     OPEN_CLAIM_STATES,
@@ -42,7 +43,6 @@ from akka_training.deployment.context import AppContext
 from akka_training.storage.models import Claim, Task
 from akka_training.storage.tokens import create_task_token
 from akka_training.storage.transitions import lock_task, move_task, release_task_claim, task_claim
-from akka_training.telemetry.tracing import TRACEPARENT_ENV
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def reconcile_tasks(ctx: AppContext, limits: Limits) -> bool:
 def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
     """The launch request of a pending task, with a fresh token; None if it moved on."""
     settings = ctx.settings
-    ray = settings.trainer.ray if settings.trainer.backend == "ray" else None
+    addresses = job_addresses(settings)
     with ctx.db.session() as session:
         task = session.get(Task, task_id)
         if task is None or task.state != TaskState.PENDING or task.handle is not None:
@@ -166,9 +166,9 @@ def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
             kind=task.kind,
             project=task.project,
             run_id=task.run_id,
-            trainer_url=(ray.trainer_url if ray and ray.trainer_url else settings.trainer_url),
-            storage_url=(ray.storage_url if ray and ray.storage_url else settings.storage_url),
-            storage_s3=settings.trainer.storage.s3.options(),
+            trainer_url=addresses.trainer_url,
+            storage_url=addresses.storage_url,
+            storage_s3=addresses.storage_s3,
             params=task.params,
             telemetry=TaskTelemetry(
                 collector_endpoint=settings.trainer.telemetry.collector_endpoint,
@@ -185,9 +185,7 @@ def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
             # Without a claim the job sees no GPU even on a node that has some; with one, the
             # backend shows it its granted devices only.
             env={
-                **settings.trainer.storage.s3.job_env(),
-                TOKEN_ENV: token,
-                **({TRACEPARENT_ENV: task.traceparent} if task.traceparent else {}),
+                **job_env(settings, TOKEN_ENV, token, task.traceparent),
                 **({} if devices else {"CUDA_VISIBLE_DEVICES": ""}),
             },
             entry_module=TASK_JOB,

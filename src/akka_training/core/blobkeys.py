@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DATASET_UPLOADS = "datasets/uploads"
+# Everything of every run lies under this prefix.
+RUNS = "runs"
 
 
 def dataset_key(sha256: str) -> str:
@@ -30,10 +32,6 @@ def dataset_key(sha256: str) -> str:
 
 def bundle_key(sha256: str) -> str:
     return f"bundles/sha256/{sha256}.zip"
-
-
-def run_prefix(run_id: str) -> str:
-    return f"runs/{run_id}/"
 
 
 def adapter_prefix(run_id: str) -> str:
@@ -68,9 +66,22 @@ class SnapshotKeys:
     training_state: str
 
 
+def snapshot_prefix(run_id: str, name: str) -> str:
+    """Where everything of the run's snapshot `name` lies."""
+    return f"runs/{run_id}/snapshots/{name}/"
+
+
+def snapshot_of(key: str) -> tuple[str, str] | None:
+    """The run and snapshot name of a key under a snapshot's prefix; None for any other key."""
+    parts = key.split("/")
+    if len(parts) > 4 and parts[0] == RUNS and parts[2] == "snapshots":
+        return parts[1], parts[3]
+    return None
+
+
 def snapshot_keys(run_id: str, step: int) -> SnapshotKeys:
     name = snapshot_name(step)
-    prefix = f"runs/{run_id}/snapshots/{name}/"
+    prefix = snapshot_prefix(run_id, name)
     return SnapshotKeys(
         name=name,
         prefix=prefix,

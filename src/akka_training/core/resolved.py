@@ -89,9 +89,13 @@ class Telemetry(PlanModel):
     mlflow_uri: str | None = None
 
 
+# The environment variable that holds a training job's token.
+TOKEN_ENV = "AKKA_JOB_TOKEN"
+
+
 class JobSpec(PlanModel):
     """Everything a training job is started with, written to `job.json` beside it. The job's
-    token travels in the environment (``AKKA_JOB_TOKEN``), never in this file."""
+    token travels in the environment (``AKKA_JOB_TOKEN``, `TOKEN_ENV`), never in this file."""
 
     run_id: str
     attempt: int

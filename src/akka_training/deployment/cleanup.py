@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 
 from akka_training.blobstore import BlobStore
-from akka_training.core.blobkeys import DATASET_UPLOADS
+from akka_training.core.blobkeys import DATASET_UPLOADS, RUNS, snapshot_of, snapshot_prefix
 from akka_training.storage.db import Database
 from akka_training.storage.models import Snapshot
 
@@ -50,10 +50,9 @@ def clean_crash_leftovers(
             done.staged_uploads += 1
     # The newest write under each snapshot prefix, by (run, snapshot name).
     newest: dict[tuple[str, str], datetime] = {}
-    for key, when in blobs.listed_with_times("runs"):
-        parts = key.split("/")
-        if len(parts) > 4 and parts[0] == "runs" and parts[2] == "snapshots":
-            snapshot = (parts[1], parts[3])
+    for key, when in blobs.listed_with_times(RUNS):
+        snapshot = snapshot_of(key)
+        if snapshot is not None:
             newest[snapshot] = max(when, newest.get(snapshot, when))
     if newest:
         with db.session() as session:
@@ -63,7 +62,7 @@ def clean_crash_leftovers(
             }
         for (run_id, name), when in sorted(newest.items()):
             if (run_id, name) not in recorded and when < cutoff:
-                blobs.delete(f"runs/{run_id}/snapshots/{name}")
+                blobs.delete(snapshot_prefix(run_id, name))
                 done.snapshots += 1
     done.empty_folders = blobs.remove_empty_folders()
     if done.partial_writes or done.staged_uploads or done.snapshots:

@@ -12,15 +12,15 @@ service shows the reason's sentence followed by the detail. The errors::
      ├── DataError           the dataset cannot be read or prepared (data-error)
      ├── SourceUnavailable   the adapter or state the run starts from cannot be had
      │                       (source-unavailable)
-     ├── RewardError         the reward cannot be set up or computed (reward-error)
-     └── StoreUnreachable    the blob store cannot be reached from the job's node
-                             (store-unreachable; the detail names the URL and the settings)
+     └── RewardError         the reward cannot be set up or computed (reward-error)
 
 A `JobError` is reported as it is: its class's reason and its message as the detail. Anything
 else is classified: running out of memory anywhere in its chain (device or host, with the run's
-settings to lower in the detail), else a `JobError` it wraps, else ``training-error`` with the
-traceback's last lines. An engine that wraps an exception it did not expect into a `JobError`
-first lets out-of-memory errors through (`out_of_memory`), so they are reported as such.
+settings to lower in the detail), else a `JobError` it wraps, else the blob store's
+`StoreUnreachable` it wraps (store-unreachable; the detail names the URL and the settings), else
+no space left (storage-full), else ``training-error`` with the traceback's last lines. An engine
+that wraps an exception it did not expect into a `JobError` first lets out-of-memory errors
+through (`out_of_memory`), so they are reported as such.
 """
 
 from __future__ import annotations
@@ -92,12 +92,6 @@ class SourceUnavailable(JobError):
     """The adapter (or training state) the run starts from cannot be downloaded or loaded."""
 
     reason = FailureReason.SOURCE_UNAVAILABLE
-
-
-class StoreUnreachableError(JobError):
-    """The job's node cannot reach the blob store (its address, its credentials)."""
-
-    reason = FailureReason.STORE_UNREACHABLE
 
 
 class RewardError(JobError):

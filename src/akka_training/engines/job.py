@@ -31,7 +31,6 @@ card, the TensorBoard files, and its status at the end of each attempt.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -41,12 +40,12 @@ from opentelemetry.trace import Status, StatusCode
 
 from akka_training.blobstore import open_blob_store
 from akka_training.core.reports import FailedReport, FinishedReport, Placement, StoppedReport
-from akka_training.core.resolved import JobSpec
+from akka_training.core.resolved import TOKEN_ENV, JobSpec
 from akka_training.engines.bundles import bundle_resolver
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.engine import Engine, load_engine
+from akka_training.engines.entry import USAGE, read_entry
 from akka_training.engines.failures import classify_failure
-from akka_training.engines.logs import configure_logging
 from akka_training.engines.model_cache import local_model
 from akka_training.engines.offline import stay_offline
 from akka_training.engines.reporter import HttpReporter, StaleAttempt
@@ -62,22 +61,13 @@ from akka_training.telemetry.tracking import MlflowTracking, card_facts
 
 log = logging.getLogger("akka_training.job")
 
-TOKEN_ENV = "AKKA_JOB_TOKEN"
-
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m akka_training.engines.job JOB_JSON", file=sys.stderr)
-        return 2
-    configure_logging()
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if not token:
-        # Without its token the job cannot report anything, not even its failure.
-        print(f"{TOKEN_ENV} is not set: the job cannot report to the service", file=sys.stderr)
-        return 2
-    spec = JobSpec.model_validate_json(Path(args[0]).read_text())
-    reporter = open_reporter(spec, token)
+    entry = read_entry(argv, "akka_training.engines.job", "JOB_JSON", TOKEN_ENV, "the job")
+    if entry is None:
+        return USAGE
+    spec = JobSpec.model_validate_json(entry.spec_json)
+    reporter = open_reporter(spec, entry.token)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: reporter.terminated())
     try:
         return run_job(spec, reporter, Path.cwd())

@@ -35,7 +35,7 @@ class RolloutInput:
     `row` carries the dataset columns of the prompt's row (passed to rule functions). `group`
     is the index of the prompt within the step (the rollouts of one prompt form a group).
     `finish_reason`, `tool_calls` and `tool_failures` are not scored; they travel to the
-    rollout record (`rollouts.rollouts_from_scores`).
+    rollout record (`rollouts.rollout_record`).
     """
 
     prompt: Prompt

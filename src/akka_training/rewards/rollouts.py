@@ -26,7 +26,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from akka_training.rewards.inputs import Prompt, RolloutInput
-from akka_training.rewards.scoring import ScoredBatch
+from akka_training.rewards.scoring import ScoredBatch, ScoredRollout
 
 FORMAT_VERSION = "1"
 ROW_GROUP_ROWS = 256
@@ -126,6 +126,32 @@ class StepSummary:
     worst: float | None
 
 
+def rollout_record(
+    step: int, index: int, item: RolloutInput, result: ScoredRollout, weights: Mapping[str, float]
+) -> Rollout:
+    """The record of one rollout: what was sampled (`item`) with what the reward gave it
+    (`result`), at position `index` of step `step` (`weights`: the scorer's `weights`). Every
+    engine builds its records here."""
+    return Rollout(
+        step=step,
+        index=index,
+        group=item.group,
+        prompt=item.prompt,
+        completion=item.completion,
+        expected=item.expected,
+        score=result.score,
+        shares=dict(result.shares),
+        values=dict(result.values),
+        completion_tokens=item.completion_tokens,
+        finish_reason=item.finish_reason,
+        tool_calls=item.tool_calls,
+        tool_failures=item.tool_failures,
+        failures=dict(result.failures),
+        explanations=dict(result.explanations),
+        weights=dict(weights),
+    )
+
+
 def rollouts_from_scores(
     step: int, batch: Sequence[RolloutInput], scored: ScoredBatch, weights: dict[str, float]
 ) -> list[Rollout]:
@@ -133,24 +159,7 @@ def rollouts_from_scores(
     if len(batch) != len(scored.rollouts):
         raise ValueError(f"{len(batch)} rollouts but {len(scored.rollouts)} scores")
     return [
-        Rollout(
-            step=step,
-            index=i,
-            group=item.group,
-            prompt=item.prompt,
-            completion=item.completion,
-            expected=item.expected,
-            score=result.score,
-            shares=dict(result.shares),
-            values=dict(result.values),
-            completion_tokens=item.completion_tokens,
-            finish_reason=item.finish_reason,
-            tool_calls=item.tool_calls,
-            tool_failures=item.tool_failures,
-            failures=dict(result.failures),
-            explanations=dict(result.explanations),
-            weights=dict(weights),
-        )
+        rollout_record(step, i, item, result, weights)
         for i, (item, result) in enumerate(zip(batch, scored.rollouts, strict=True))
     ]
 

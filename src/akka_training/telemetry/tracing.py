@@ -146,8 +146,3 @@ class Tracing:
 
     def shutdown(self) -> None:
         self._provider.shutdown()
-
-
-def current_span() -> Span:
-    """The span current in this thread (a non-recording one outside any span)."""
-    return trace.get_current_span()

@@ -56,11 +56,6 @@ LIMITS = Limits(
 
 
 @pytest.fixture
-def trainer(in_process_factory: Callable[..., InProcessTrainer]) -> InProcessTrainer:
-    return in_process_factory({"trainer": {"projects": [{"name": "maths", "quota": 2}]}})
-
-
-@pytest.fixture
 def api(trainer: InProcessTrainer) -> httpx.Client:
     register(trainer.client(), "maths/train", chat_rows(12))
     return trainer.client()

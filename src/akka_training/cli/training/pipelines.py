@@ -45,8 +45,10 @@ def start(
 ) -> None:
     """Submit a pipeline plan (or check it with --dry-run)."""
     plan = read_plan(file)
-    if preview is not None and not dry_run:
-        raise InvalidRequest("--preview goes with --dry-run: add --dry-run.")
+    if preview is not None:
+        from akka_training.cli.training.preview import preview_needs_dry_run
+
+        preview_needs_dry_run(preview, dry_run)
     client = state.client()
     if dry_run:
         checked = client.start_pipeline(plan, dry_run=True)
@@ -54,16 +56,16 @@ def start(
             from akka_training.cli.training.preview import (
                 print_pipeline_preview,
                 run_pipeline_preview,
+                show_previewed,
             )
 
             previewed = run_pipeline_preview(plan, preview)
-            if state.output != "text":
-                emit({**checked.to_json(), "preview": previewed.to_json()}, lambda _: None)
-                return
-            if not state.quiet:
-                _print_dry_run(checked, show_resolved)
-                print()
-            print_pipeline_preview(previewed)
+            show_previewed(
+                checked,
+                previewed,
+                lambda: _print_dry_run(checked, show_resolved),
+                lambda: print_pipeline_preview(previewed),
+            )
             return
         emit(checked, lambda d: _print_dry_run(d, show_resolved))
         return

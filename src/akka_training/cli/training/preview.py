@@ -6,17 +6,43 @@ and the prompt, with the terms that look wrong flagged."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from akka_training.cli.output import table
+from akka_training.cli.output import emit, table
 from akka_training.cli.state import state
-from akka_training.core.errors import AkkaError
+from akka_training.core.errors import AkkaError, InvalidRequest
 
 if TYPE_CHECKING:
+    from akka_training.api.base import ResponseBody
     from akka_training.api.regrades import PipelinePreview
     from akka_training.api.tasks import TaskRecord
 
 KINDS = ("reference", "empty", "prompt")
+
+
+def preview_needs_dry_run(preview: int | None, dry_run: bool) -> None:
+    """Refuse ``--preview`` without ``--dry-run``."""
+    if preview is not None and not dry_run:
+        raise InvalidRequest("--preview goes with --dry-run: add --dry-run.")
+
+
+def show_previewed(
+    checked: ResponseBody,
+    previewed: ResponseBody,
+    print_checked: Callable[[], None],
+    print_previewed: Callable[[], None],
+) -> None:
+    """A dry run's answer with its reward preview, the one flow of `runs start` and
+    `pipelines start`: under -o json|yaml one document, the dry run's with the preview under
+    ``preview``; for people the dry run's words (not with -q), then the preview's."""
+    if state.output != "text":
+        emit({**checked.to_json(), "preview": previewed.to_json()}, lambda _: None)
+        return
+    if not state.quiet:
+        print_checked()
+        print()
+    print_previewed()
 
 
 def run_preview(plan: dict[str, Any], rows: int) -> TaskRecord:

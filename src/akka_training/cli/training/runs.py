@@ -96,24 +96,24 @@ def start(
 ) -> None:
     """Submit a run plan (or check it with --dry-run)."""
     plan = read_plan(file)
-    if preview is not None and not dry_run:
-        raise InvalidRequest("--preview goes with --dry-run: add --dry-run.")
+    if preview is not None:
+        from akka_training.cli.training.preview import preview_needs_dry_run
+
+        preview_needs_dry_run(preview, dry_run)
     client = state.client()
     if dry_run:
         checked = client.start_run(plan, dry_run=True)
         if preview is not None:
-            from akka_training.cli.training.preview import print_preview, run_preview
+            from akka_training.cli.training.preview import (
+                print_preview,
+                run_preview,
+                show_previewed,
+            )
 
             task = run_preview(plan, preview)
-            if state.output != "text":
-                emit(
-                    {"dryRun": True, "settings": checked.settings, "preview": task}, lambda _: None
-                )
-                return
-            if not state.quiet:
-                _print_valid(checked)
-                print()
-            print_preview(task)
+            show_previewed(
+                checked, task, lambda: _print_valid(checked), lambda: print_preview(task)
+            )
             return
         if state.output != "text":
             emit(checked, lambda _: None)

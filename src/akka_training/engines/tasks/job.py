@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from typing import Any
 
 from akka_training.blobstore import open_blob_store
 from akka_training.core.tasks import TOKEN_ENV, TaskSpec
-from akka_training.engines.logs import configure_logging
+from akka_training.engines.entry import USAGE, read_entry
 from akka_training.engines.offline import stay_offline
 from akka_training.engines.tasks import TASKS
 from akka_training.engines.tasks.context import TaskContext, TaskError
@@ -34,17 +33,11 @@ TaskFunction = Callable[[TaskContext], dict[str, Any]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m akka_training.engines.tasks.job TASK_JSON", file=sys.stderr)
-        return 2
-    configure_logging()
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if not token:
-        print(f"{TOKEN_ENV} is not set: the task cannot report to the service", file=sys.stderr)
-        return 2
-    spec = TaskSpec.model_validate_json(Path(args[0]).read_text())
-    reporter = TaskReporter(spec.trainer_url, spec.task_id, token)
+    entry = read_entry(argv, "akka_training.engines.tasks.job", "TASK_JSON", TOKEN_ENV, "the task")
+    if entry is None:
+        return USAGE
+    spec = TaskSpec.model_validate_json(entry.spec_json)
+    reporter = TaskReporter(spec.trainer_url, spec.task_id, entry.token)
     try:
         return run_task(spec, reporter, Path.cwd())
     finally:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from akka_training.engines.verl.reward_config import SETUP_ERROR_FILE
+from akka_training.rewards.inputs import RolloutInput
+from akka_training.rewards.scoring import ScoredRollout
 
 
 @dataclass
@@ -44,6 +46,30 @@ class RewardRecord:
     judge_completion_tokens: dict[str, int] = field(default_factory=dict)
     # Tries each remote term made again for this rollout after a 429 or 5xx.
     retries: dict[str, int] = field(default_factory=dict)
+
+    def rollout_input(self, group: int) -> RolloutInput:
+        """What was scored (`group`: the prompt's index within its step)."""
+        prompt = self.prompt if isinstance(self.prompt, str | list) else str(self.prompt)
+        return RolloutInput(
+            prompt=prompt,
+            completion=self.completion,
+            expected=self.expected,
+            completion_tokens=self.completion_tokens,
+            group=group,
+            finish_reason="length" if self.finish_reason == "length" else "stop",
+        )
+
+    def scored(self) -> ScoredRollout:
+        """What the reward gave it."""
+        return ScoredRollout(
+            score=self.score,
+            shares=self.shares,
+            values=self.values,
+            seconds=self.term_seconds,
+            failures=self.failures,
+            explanations=self.explanations,
+            retries=self.retries,
+        )
 
     def to_line(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False) + "\n"

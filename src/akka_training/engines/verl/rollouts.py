@@ -23,10 +23,11 @@ from collections import defaultdict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from akka_training.engines.verl.records import RecordReader, RewardRecord
-from akka_training.rewards.rollouts import Rollout
+from akka_training.rewards.inputs import RolloutInput
+from akka_training.rewards.rollouts import Rollout, rollout_record
+from akka_training.rewards.scoring import ScoredRollout
 
 MISSING_RECORD = "the reward function's record of this rollout was not found"
 
@@ -147,42 +148,26 @@ class RolloutJoiner:
     def _rollout(
         self, step: int, index: int, group: int, row: DumpRow, record: RewardRecord | None
     ) -> Rollout:
-        if record is None:
-            return Rollout(
-                step=step,
-                index=index,
-                group=group,
-                prompt=row.prompt_text,
-                completion=row.completion,
-                expected=row.expected,
-                score=row.score,
-                shares={},
-                values={},
-                completion_tokens=0,
-                finish_reason="stop",
-                explanations={"record": MISSING_RECORD},
-                weights=dict(self.weights),
+        if record is not None:
+            return rollout_record(
+                step, index, record.rollout_input(group), record.scored(), self.weights
             )
-        return Rollout(
-            step=step,
-            index=index,
+        # Only verl's dump knows this rollout: its texts and total score, no terms.
+        item = RolloutInput(
+            prompt=row.prompt_text,
+            completion=row.completion,
+            expected=row.expected,
+            completion_tokens=0,
             group=group,
-            prompt=_prompt(record.prompt),
-            completion=record.completion,
-            expected=record.expected,
-            score=record.score,
-            shares=dict(record.shares),
-            values=dict(record.values),
-            completion_tokens=record.completion_tokens,
-            finish_reason=record.finish_reason,
-            failures=dict(record.failures),
-            explanations=dict(record.explanations),
-            weights=dict(self.weights),
         )
-
-
-def _prompt(prompt: Any) -> Any:
-    return prompt if isinstance(prompt, str | list) else str(prompt)
+        result = ScoredRollout(
+            score=row.score,
+            shares={},
+            values={},
+            seconds={},
+            explanations={"record": MISSING_RECORD},
+        )
+        return rollout_record(step, index, item, result, self.weights)
 
 
 def _busy_seconds(records: list[RewardRecord]) -> float:
