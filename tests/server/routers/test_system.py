@@ -422,3 +422,19 @@ def test_a_metrics_token_file_that_will_not_do_stops_the_start(
     assert str(refused.value).startswith(
         f"Bad setting: trainer.telemetry.metrics-token-file {token_file} {problem}"
     )
+
+
+def test_a_token_lives_at_least_an_hour(api: httpx.Client) -> None:
+    message = "expiresInDays is 1e-09; set it to at least 0.0416667."
+    assert answer(
+        api.post("/v1/tokens", json={"name": "ci", "admin": True, "expiresInDays": 1e-9})
+    ) == (
+        400,
+        error(
+            "invalid",
+            f"The request is not valid:\n  - {message}",
+            [{"field": "expiresInDays", "message": message}],
+        ),
+    )
+    hour = api.post("/v1/tokens", json={"name": "ci", "admin": True, "expiresInDays": 1 / 24})
+    assert hour.status_code == 201
