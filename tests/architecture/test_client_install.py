@@ -123,3 +123,35 @@ def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):
         env.pop(name, None)
     return env
+
+
+@pytest.mark.slow
+def test_a_users_type_checker_sees_the_clients_types(client_venv: Path, tmp_path: Path) -> None:
+    script = tmp_path / "script.py"
+    script.write_text(
+        "from akka_training.client import TrainerClient\n"
+        "client = TrainerClient('http://127.0.0.1:9', 'token')\n"
+        "count: int = client.runs()\n"
+    )
+    # The checker of this checkout's environment, reading the fresh install's packages.
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--python-executable",
+            str(client_venv / "bin" / "python"),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert "missing library stubs or py.typed marker" not in result.stdout, result.stdout
+    assert 'Incompatible types in assignment (expression has type "list[RunSummary]"' in (
+        result.stdout
+    ), result.stdout

@@ -124,3 +124,13 @@ def test_a_plan_over_four_mebibytes_is_refused(tmp_path: Path) -> None:
         f"error: {plan} is larger than the 4,194,304 bytes a document may hold; check that "
         "this is the right file."
     )
+
+
+def test_a_lone_surrogate_is_refused_naming_its_line_and_field(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN + '  method: sft\ndescription: "caf\\ud800e"\n')
+    assert refusal(plan) == (
+        f"error: {plan} line 7 (description): the text holds a lone surrogate (an escape such "
+        "as \\ud800 that is half of a character); write the character itself, or both halves "
+        "of its pair."
+    )

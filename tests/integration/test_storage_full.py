@@ -137,6 +137,11 @@ def test_a_snapshot_on_a_full_store_fails_the_run_saying_storage_is_full(
     assert failed.failure.first_line.startswith(
         "the storage this run writes to is full (no space left on the device)"
     )
+    # What it says to do is what works: a failed run is not resumed, it is continued.
+    assert failed.failure.first_line.endswith(
+        "then start a new run from the last snapshot with `runs continue RUN --snapshot NAME "
+        "--steps N` (a failed run cannot be resumed)"
+    )
     assert "no space left on the device while saving " in failed.failure.reason
     assert f"to file://{blobs}" in failed.failure.reason
     # The snapshot that could not be written left nothing: no row, no files.

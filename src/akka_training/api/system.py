@@ -6,7 +6,12 @@ from pydantic import Field
 
 from akka_training.api.base import RequestBody, ResponseBody, Timestamp
 from akka_training.core.bounds import ModelName, Name, Number
-from akka_training.core.limits import MAX_TOKEN_DAYS, MAX_TOKEN_PROJECTS, REFERENCE_CHARS
+from akka_training.core.limits import (
+    MAX_TOKEN_DAYS,
+    MAX_TOKEN_PROJECTS,
+    MIN_TOKEN_DAYS,
+    REFERENCE_CHARS,
+)
 
 
 class Health(ResponseBody):
@@ -69,8 +74,8 @@ class TokenRequest(RequestBody):
     admin: bool = False
     expires_in_days: Number | None = Field(
         None,
-        gt=0,
+        ge=MIN_TOKEN_DAYS,
         le=MAX_TOKEN_DAYS,
-        description=f"Days until the token expires, more than 0 and at most {MAX_TOKEN_DAYS}; "
-        "None: it does not expire.",
+        description=f"Days until the token expires, at least {MIN_TOKEN_DAYS:.4f} (an hour) and "
+        f"at most {MAX_TOKEN_DAYS}; None: it does not expire.",
     )

@@ -58,7 +58,9 @@ _SENTENCES: dict[FailureReason, str] = {
     ),
     FailureReason.STORAGE_FULL: (
         "the storage this run writes to is full (no space left on the device); free space in "
-        "the blob store (trainer.storage.url) or lower execution.keepAdapters, then resume"
+        "the blob store (trainer.storage.url) or lower execution.keepAdapters, then start a "
+        "new run from the last snapshot with `runs continue RUN --snapshot NAME --steps N` "
+        "(a failed run cannot be resumed)"
     ),
     FailureReason.UPSTREAM_STAGE_FAILED: (
         "an earlier stage of this run's pipeline did not complete, so this stage could not start"

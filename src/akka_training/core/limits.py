@@ -31,6 +31,8 @@ MAX_TOKEN_PROJECTS = 256
 # Other numbers with a sense of scale.
 MAX_EPOCHS = 10_000
 MAX_TOKEN_DAYS = 3650  # ten years: a token's expiry must stay a date
+# An hour: a token that expires sooner would be expired before anyone could use it.
+MIN_TOKEN_DAYS = 1 / 24
 
 # A plan document as text (the CLI reads it) or as a request body, and its YAML shape. Its
 # fields' own limits keep a plan far smaller (64 judge terms of 16k instructions make 1 MiB).

@@ -85,7 +85,7 @@ def problems_of(exc: ValidationError, model: type[BaseModel]) -> list[Problem]:
         elif kind == "missing":
             message = f"{field} is required; set it."
         elif kind == "union_tag_invalid" or kind == "union_tag_not_found":
-            message = f"{field}.kind must be one of match, regex, length, rule, judge or http."
+            message = _tag_message(field, err)
         elif kind == "literal_error":
             message = f"{field}: {err['msg'].replace('Input should be', 'set it to')}."
         else:
@@ -95,6 +95,20 @@ def problems_of(exc: ValidationError, model: type[BaseModel]) -> list[Problem]:
             seen.add(key)
             problems.append(Problem(field, message))
     return problems
+
+
+def _tag_message(field: str, err: Any) -> str:
+    """What a member of a tagged union (a pipeline's stage, a reward's term) lacks."""
+    ctx = err.get("ctx") or {}
+    if ctx.get("discriminator") == "_stage_type()":
+        if err["type"] == "union_tag_not_found":
+            found = type(err.get("input")).__name__
+            return (
+                f"{field} is not a stage: write each stage as a mapping (name, type, ...), "
+                f"not a {found}."
+            )
+        return f"{field}.type must be train or evaluate."
+    return f"{field}.kind must be one of match, regex, length, rule, judge or http."
 
 
 def field_message(field: str, err: Any) -> str:

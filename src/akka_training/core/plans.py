@@ -372,9 +372,14 @@ class EvaluateStage(PlanModel):
         }
 
 
-def _stage_type(value: Any) -> str:
-    found = value.get("type", "train") if isinstance(value, dict) else value.type
-    return f"[{found}]"
+def _stage_type(value: Any) -> str | None:
+    """A stage's tag; None (pydantic's "no tag found") for what is no stage at all, such as a
+    stage written as a list."""
+    if isinstance(value, dict):
+        return f"[{value.get('type', 'train')}]"
+    if isinstance(value, TrainStage | EvaluateStage):
+        return f"[{value.type}]"
+    return None
 
 
 # The tags are in brackets so that error paths leave them out (`core.parsing`).

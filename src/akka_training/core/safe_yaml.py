@@ -60,7 +60,7 @@ def load_document(
         if node is None:
             return None
         _measure(node, where)
-        return loader.construct_document(node)
+        return _join_pairs(loader.construct_document(node))
     except yaml.YAMLError as exc:
         raise InvalidRequest(f"{where} is not valid {syntax}: {exc}") from None
     finally:
@@ -111,7 +111,7 @@ def _measure(root: Node, where: str) -> None:
     sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (values, height), once measured
     open_nodes: set[int] = set()
 
-    def visit(node: Node, level: int) -> tuple[int, int]:
+    def visit(node: Node, level: int, path: str) -> tuple[int, int]:
         key = id(node)
         known = sizes.get(key)
         if known is not None:
@@ -126,19 +126,20 @@ def _measure(root: Node, where: str) -> None:
         if level > MAX_DOCUMENT_DEPTH:
             raise _too_deep(where, node.start_mark.line + 1)
         if isinstance(node, ScalarNode):
-            _check_scalar(node, where)
+            _check_scalar(node, where, path)
             sizes[key] = (1, 1)
             return 1, 1
-        children: list[Node] = []
+        children: list[tuple[Node, str]] = []
         if isinstance(node, SequenceNode):
-            children = list(node.value)
+            children = [(item, f"{path}[{i}]") for i, item in enumerate(node.value)]
         elif isinstance(node, MappingNode):
             for k, v in node.value:
-                children.extend((k, v))
+                name = k.value if isinstance(k, ScalarNode) else "?"
+                children.extend(((k, path), (v, f"{path}.{name}" if path else str(name))))
         open_nodes.add(key)
         total, height = 1, 1
-        for child in children:
-            size, child_height = visit(child, level + 1)
+        for child, child_path in children:
+            size, child_height = visit(child, level + 1, child_path)
             total += size
             height = max(height, child_height + 1)
             if total > MAX_DOCUMENT_NODES:
@@ -151,11 +152,20 @@ def _measure(root: Node, where: str) -> None:
         sizes[key] = (total, height)
         return total, height
 
-    visit(root, 1)
+    visit(root, 1, "")
 
 
-def _check_scalar(node: ScalarNode, where: str) -> None:
+def _check_scalar(node: ScalarNode, where: str, path: str) -> None:
     line = node.start_mark.line + 1
+    if isinstance(node.value, str) and _lone_surrogate(node.value):
+        # An escape such as "\ud800" alone reads as half of a UTF-16 pair: no character, and
+        # no text a request or a file can carry.
+        field = f" ({path})" if path else ""
+        raise InvalidRequest(
+            f"{where} line {line}{field}: the text holds a lone surrogate (an escape such as "
+            "\\ud800 that is half of a character); write the character itself, or both halves "
+            "of its pair."
+        )
     if node.tag == _FLOAT:
         value = node.value.lower().lstrip("+")
         if value in (".nan", ".inf", "-.inf"):
@@ -176,6 +186,36 @@ def _check_scalar(node: ScalarNode, where: str) -> None:
             f"{where} line {line}: a whole number of {len(node.value)} digits is larger than "
             "any field holds; write a smaller one."
         )
+
+
+def _has_surrogates(text: str) -> bool:
+    return any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def _lone_surrogate(text: str) -> bool:
+    if not _has_surrogates(text):
+        return False
+    try:
+        _joined(text)
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _joined(text: str) -> str:
+    """`text` with each pair of surrogate escapes (PyYAML reads ``"\ud83d\ude00"`` as two
+    halves, where JSON readers join them) joined into its character."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+
+
+def _join_pairs(value: Any) -> Any:
+    if isinstance(value, str):
+        return _joined(value) if _has_surrogates(value) else value
+    if isinstance(value, list):
+        return [_join_pairs(v) for v in value]
+    if isinstance(value, dict):
+        return {_join_pairs(k): _join_pairs(v) for k, v in value.items()}
+    return value
 
 
 def _too_deep(where: str, line: int) -> InvalidRequest:

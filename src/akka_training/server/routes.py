@@ -7,17 +7,26 @@ share one interpreter lock with it), and meanwhile every finished request keeps 
 and on SQLite the write turn it took, while new requests take more: a burst of a hundred
 submissions ran the pool dry and answered 503. Committing (or, when the handler raised, rolling
 back) before the handler's thread is given back bounds the connections in use by the worker
-threads, and the dependency's own end finds nothing left to do."""
+threads, and the dependency's own end finds nothing left to do.
+
+The route class also reads JSON bodies refusing a key given twice in one object (`StrictJson`):
+Python's reader keeps the last, so a plan with two `learningRate` keys trained on whichever came
+second without a word, where the same plan as YAML is refused."""
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
+from starlette.requests import Request
+from starlette.responses import Response
+
+from akka_training.core.errors import InvalidRequest
 
 
 class SessionEndingRoute(APIRoute):
@@ -25,6 +34,35 @@ class SessionEndingRoute(APIRoute):
         if not inspect.iscoroutinefunction(endpoint):
             endpoint = _ending_sessions(endpoint)
         super().__init__(path, endpoint, **kwargs)
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(StrictJson(request.scope, request.receive))
+
+        return strict
+
+
+class StrictJson(Request):
+    """A request whose JSON body refuses duplicate keys (FastAPI reads bodies through
+    `json()`; the refusal reaches the user as a 400 naming the key)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = json.loads(await self.body(), object_pairs_hook=_unique_keys)
+        return self._json
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise InvalidRequest(
+                f"The request body gives the key {key!r} twice in one object; give it once."
+            )
+        seen[key] = value
+    return seen
 
 
 def _ending_sessions(endpoint: Callable[..., Any]) -> Callable[..., Any]:

@@ -175,8 +175,9 @@ def test_a_project_name_and_description_past_their_columns(api: httpx.Client) ->
 @pytest.mark.parametrize(
     ("days", "message"),
     [
-        (-1, "expiresInDays is -1; set it to more than 0."),
-        (0, "expiresInDays is 0; set it to more than 0."),
+        (-1, "expiresInDays is -1; set it to at least 0.0416667."),
+        (1e-9, "expiresInDays is 1e-09; set it to at least 0.0416667."),
+        (0, "expiresInDays is 0; set it to at least 0.0416667."),
         (1e9, "expiresInDays is 1e+09; set it to at most 3650."),
         (True, "expiresInDays is true; set a number."),
     ],

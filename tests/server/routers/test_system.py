@@ -422,3 +422,42 @@ def test_a_metrics_token_file_that_will_not_do_stops_the_start(
     assert str(refused.value).startswith(
         f"Bad setting: trainer.telemetry.metrics-token-file {token_file} {problem}"
     )
+
+
+def test_the_last_live_admin_token_cannot_be_revoked(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> None:
+    admin_id = api.get("/v1/auth/whoami").json()["tokenId"]
+    assert answer(api.delete(f"/v1/tokens/{admin_id}")) == (
+        409,
+        error(
+            "conflict",
+            f"Token {admin_id} is the last live admin token; revoking it would leave no one able "
+            "to manage the trainer. Create another admin token first (`akka auth tokens create "
+            "NAME --admin`), then revoke this one. Locked out already: start the trainer with "
+            "`trainer.bootstrap.admin-token` set to a new secret.",
+        ),
+    )
+    # An admin token that expires does not count as a way back in once it has: a second live
+    # one does, after which the first can go.
+    second = api.post("/v1/tokens", json={"name": "ops", "admin": True}).json()
+    revoked = api.delete(f"/v1/tokens/{admin_id}").json()
+    assert revoked["revokedAt"] is not None
+    ops = trainer.client(second["token"])
+    assert answer(ops.delete(f"/v1/tokens/{second['id']}"))[0] == 409
+
+
+def test_a_token_lives_at_least_an_hour(api: httpx.Client) -> None:
+    message = "expiresInDays is 1e-09; set it to at least 0.0416667."
+    assert answer(
+        api.post("/v1/tokens", json={"name": "ci", "admin": True, "expiresInDays": 1e-9})
+    ) == (
+        400,
+        error(
+            "invalid",
+            f"The request is not valid:\n  - {message}",
+            [{"field": "expiresInDays", "message": message}],
+        ),
+    )
+    hour = api.post("/v1/tokens", json={"name": "ci", "admin": True, "expiresInDays": 1 / 24})
+    assert hour.status_code == 201

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from akka_training.api.system import CreatedToken, Exchanged, WhoAmI
 from akka_training.api.system import Token as TokenRecord
-from akka_training.core.errors import InvalidRequest, NotFound, Unauthorized
+from akka_training.core.errors import Conflict, InvalidRequest, NotFound, Unauthorized
 from akka_training.server.auth import Principal
 from akka_training.storage.ids import hash_secret, new_id, new_secret
 from akka_training.storage.models import Project, Token
@@ -72,8 +72,30 @@ def revoke_token(session: Session, principal: Principal, token_id: str) -> Token
             principal.require(project)
         if token.kind == "admin":
             principal.require_admin()
+    if token.kind == "admin" and token.revoked_at is None:
+        _refuse_revoking_the_last_admin(session, token)
     token.revoked_at = token.revoked_at or datetime.now(UTC)
     return token_record(token)
+
+
+LAST_ADMIN = (
+    "Token {id} is the last live admin token; revoking it would leave no one able to manage "
+    "the trainer. Create another admin token first (`akka auth tokens create NAME --admin`), "
+    "then revoke this one. Locked out already: start the trainer with "
+    "`trainer.bootstrap.admin-token` set to a new secret."
+)
+
+
+def _refuse_revoking_the_last_admin(session: Session, token: Token) -> None:
+    """Refuse to revoke the one live admin token: nobody could create another. The live admin
+    tokens are read locked, so two admins revoking the last two at once cannot both succeed."""
+    now = datetime.now(UTC)
+    admins = session.scalars(
+        select(Token).where(Token.kind == "admin", Token.revoked_at.is_(None)).with_for_update()
+    ).all()
+    live = {t.id for t in admins if t.expires_at is None or t.expires_at > now}
+    if live <= {token.id}:
+        raise Conflict(LAST_ADMIN.format(id=token.id))
 
 
 def exchange(session: Session, login: str) -> Exchanged:
