@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from akka_training.core.errors import PlanRefused, Problem
-from akka_training.core.plans import PipelinePlan, RunPlan
+from akka_training.core.plans import PipelinePlan, RunPlan, stage_tag
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -97,10 +97,14 @@ def problems_of(exc: ValidationError, model: type[BaseModel]) -> list[Problem]:
     return problems
 
 
+# How pydantic names a callable discriminator in an error's context.
+_STAGE_DISCRIMINATOR = f"{stage_tag.__name__}()"
+
+
 def _tag_message(field: str, err: Any) -> str:
     """What a member of a tagged union (a pipeline's stage, a reward's term) lacks."""
     ctx = err.get("ctx") or {}
-    if ctx.get("discriminator") == "_stage_type()":
+    if ctx.get("discriminator") == _STAGE_DISCRIMINATOR:
         if err["type"] == "union_tag_not_found":
             found = type(err.get("input")).__name__
             return (

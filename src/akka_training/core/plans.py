@@ -372,7 +372,7 @@ class EvaluateStage(PlanModel):
         }
 
 
-def _stage_type(value: Any) -> str | None:
+def stage_tag(value: Any) -> str | None:
     """A stage's tag; None (pydantic's "no tag found") for what is no stage at all, such as a
     stage written as a list."""
     if isinstance(value, dict):
@@ -385,7 +385,7 @@ def _stage_type(value: Any) -> str | None:
 # The tags are in brackets so that error paths leave them out (`core.parsing`).
 Stage = Annotated[
     Annotated[TrainStage, Tag("[train]")] | Annotated[EvaluateStage, Tag("[evaluate]")],
-    Discriminator(_stage_type),
+    Discriminator(stage_tag),
 ]
 
 
