@@ -59,8 +59,9 @@ def load_document(
         node = loader.get_single_node()
         if node is None:
             return None
-        _measure(node, where)
-        return _join_pairs(loader.construct_document(node))
+        pairs = _measure(node, where)
+        document = loader.construct_document(node)
+        return _join_pairs(document) if pairs else document
     except yaml.YAMLError as exc:
         raise InvalidRequest(f"{where} is not valid {syntax}: {exc}") from None
     finally:
@@ -104,14 +105,16 @@ class _Loader(yaml.SafeLoader):  # type: ignore[misc]
         return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
 
-def _measure(root: Node, where: str) -> None:
+def _measure(root: Node, where: str) -> bool:
     """Refuse a document too deep or too large once its aliases are expanded, or one with a
     value no plan can hold. Each node is measured once (aliases share nodes), so this is linear
     in the text; the recursion stops at the depth limit."""
     sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (values, height), once measured
     open_nodes: set[int] = set()
+    surrogates = False  # whether a text holds a pair of surrogate escapes, to be joined
 
     def visit(node: Node, level: int, path: str) -> tuple[int, int]:
+        nonlocal surrogates
         key = id(node)
         known = sizes.get(key)
         if known is not None:
@@ -126,7 +129,7 @@ def _measure(root: Node, where: str) -> None:
         if level > MAX_DOCUMENT_DEPTH:
             raise _too_deep(where, node.start_mark.line + 1)
         if isinstance(node, ScalarNode):
-            _check_scalar(node, where, path)
+            surrogates = _check_scalar(node, where, path) or surrogates
             sizes[key] = (1, 1)
             return 1, 1
         children: list[tuple[Node, str]] = []
@@ -153,11 +156,17 @@ def _measure(root: Node, where: str) -> None:
         return total, height
 
     visit(root, 1, "")
+    return surrogates
 
 
-def _check_scalar(node: ScalarNode, where: str, path: str) -> None:
+def _check_scalar(node: ScalarNode, where: str, path: str) -> bool:
+    """Refuse a value no plan can hold; True when the text holds a pair of surrogate escapes
+    (to be joined into its character)."""
     line = node.start_mark.line + 1
-    if isinstance(node.value, str) and _lone_surrogate(node.value):
+    if not isinstance(node.value, str) or not _has_surrogates(node.value):
+        _check_number(node, where, line)
+        return False
+    if _lone_surrogate(node.value):
         # An escape such as "\ud800" alone reads as half of a UTF-16 pair: no character, and
         # no text a request or a file can carry.
         field = f" ({path})" if path else ""
@@ -166,6 +175,10 @@ def _check_scalar(node: ScalarNode, where: str, path: str) -> None:
             "\\ud800 that is half of a character); write the character itself, or both halves "
             "of its pair."
         )
+    return True
+
+
+def _check_number(node: ScalarNode, where: str, line: int) -> None:
     if node.tag == _FLOAT:
         value = node.value.lower().lstrip("+")
         if value in (".nan", ".inf", "-.inf"):
@@ -193,8 +206,6 @@ def _has_surrogates(text: str) -> bool:
 
 
 def _lone_surrogate(text: str) -> bool:
-    if not _has_surrogates(text):
-        return False
     try:
         _joined(text)
     except UnicodeDecodeError:
