@@ -13,8 +13,7 @@ from tests.server.routers.helpers import chat_rows, register, sft_plan
 def test_a_pipeline_reports_an_unknown_field_and_its_stages_rule_problems_together(
     api: httpx.Client,
 ) -> None:
-    register(api, "maths/train", chat_rows(12))
-    stage: dict[str, Any] = {k: v for k, v in sft_plan().items() if k not in ("kind", "project")}
+    stage = _registered_stage(api)
     plan = {
         "kind": "pipeline",
         "project": "maths",
@@ -38,8 +37,7 @@ def test_a_pipeline_reports_an_unknown_field_and_its_stages_rule_problems_togeth
 
 
 def test_a_stage_that_is_no_mapping_is_refused_with_the_others(api: httpx.Client) -> None:
-    register(api, "maths/train", chat_rows(12))
-    stage: dict[str, Any] = {k: v for k, v in sft_plan().items() if k not in ("kind", "project")}
+    stage = _registered_stage(api)
     plan = {
         "kind": "pipeline",
         "project": "maths",
@@ -63,3 +61,9 @@ def test_a_stage_that_is_no_mapping_is_refused_with_the_others(api: httpx.Client
             "stages[2] is not a stage: write each stage as a mapping (name, type, ...), not a str.",
         ),
     ]
+
+
+def _registered_stage(api: httpx.Client) -> dict[str, Any]:
+    """The fields of an sft plan a stage holds, over a registered maths/train."""
+    register(api, "maths/train", chat_rows(12))
+    return {k: v for k, v in sft_plan().items() if k not in ("kind", "project")}

@@ -438,8 +438,7 @@ def test_the_last_live_admin_token_cannot_be_revoked(
             "`trainer.bootstrap.admin-token` set to a new secret.",
         ),
     )
-    # An admin token that expires does not count as a way back in once it has: a second live
-    # one does, after which the first can go.
+    # With a second live admin token the first can go; then the second is the last.
     second = api.post("/v1/tokens", json={"name": "ops", "admin": True}).json()
     revoked = api.delete(f"/v1/tokens/{admin_id}").json()
     assert revoked["revokedAt"] is not None
