@@ -33,6 +33,14 @@ def test_create_get_and_set_a_quota(api: httpx.Client, trainer: InProcessTrainer
         ("admin (in-process trainer)", "admin"),
         ("ci", "project"),
     ]
+    # Members are listed admins first, then each kind oldest first, on every database.
+    api.post("/v1/tokens", json={"name": "ops", "admin": True})
+    detail = api.get("/v1/projects/physics").json()
+    assert [(m["name"], m["kind"]) for m in detail["members"]] == [
+        ("admin (in-process trainer)", "admin"),
+        ("ops", "admin"),
+        ("ci", "project"),
+    ]
     assert api.put("/v1/projects/physics/quota", json={"quota": 3}).json()["quota"] == 3
     assert [p["name"] for p in api.get("/v1/projects").json()] == ["maths", "physics"]
     # A project token reads its project but may not change its quota.

@@ -60,7 +60,9 @@ def get_project(session: Session, principal: Principal, name: str) -> ProjectDet
     principal.require(name)
     project = get_project_row(session, name)
     tokens = session.scalars(
-        select(Token).where(Token.kind.in_(("admin", "project")), Token.revoked_at.is_(None))
+        select(Token)
+        .where(Token.kind.in_(("admin", "project")), Token.revoked_at.is_(None))
+        .order_by(Token.kind, Token.created_at, Token.id)  # admins first, then oldest first
     )
     members = [
         Member(token=t.id, name=t.name, kind=t.kind)
