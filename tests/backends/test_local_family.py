@@ -91,6 +91,15 @@ def wait_exited(backend: LocalBackend, handle: dict[str, Any], timeout: float) -
     )
 
 
+# What an ended job's directory holds.
+ENDED = [".akka-job", "exit.json", "handle.json", "job.log"]
+ENDED_WITHOUT_RUNNER = [".akka-job", "handle.json", "job.log"]
+
+
+def left_in(job_dir: Path) -> list[str]:
+    return sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*"))
+
+
 def gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -116,10 +125,16 @@ def test_a_job_killed_by_sigkill_is_gone_only_with_every_process_it_started(
     partial = Path(handle["dir"]) / "artifacts" / "rollouts" / ".step-7.parquet.partial"
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.write_bytes(b"PAR1")
+    job_dir = Path(handle["dir"])
+    assert not (job_dir / "launch.json").exists()  # the token's hand-off, read and gone
+    assert (job_dir / "job.json").exists()
     try:
         os.kill(job if victim == "job" else handle["pid"], signal.SIGKILL)
         status = wait_exited(backend, handle, 60)
-        assert not partial.exists()
+        # What the job wrote is stored elsewhere or half-written: only the log, the exit
+        # record and the handle stay (the runner cleans up; if it was killed, `status` does,
+        # and there is no exit record).
+        assert left_in(job_dir) == (ENDED if victim == "job" else ENDED_WITHOUT_RUNNER)
         # The job counts as gone (its devices free) only once verl's raylet stand-in is gone.
         assert gone(child)
         assert gone(job)
@@ -151,6 +166,7 @@ def test_a_stopped_verl_job_ends_verl_and_its_descendants_before_it_is_gone(
         backend.stop(handle, 5)
         wait_exited(backend, handle, 60)
         assert gone(child) and gone(verl[0])
+        assert left_in(Path(handle["dir"])) == ENDED
     finally:
         for pid in (child, *verl):
             if not gone(pid):

@@ -44,6 +44,7 @@ MEANINGS: dict[str, str] = {
     "trainer.local.python": "The interpreter that runs local jobs. Unset: the service's own.",
     "trainer.local.stop-grace-seconds": "Seconds between SIGTERM and SIGKILL when a local job is stopped.",
     "trainer.local.enforce-host-memory": "Apply the envelope's host memory to each local job as its data-size limit.",
+    "trainer.local.job-log-days": "Days an ended local job's log stays in `$AKKA_HOME/jobs/RUN/ATTEMPT` for `runs logs`. Its checkpoints, copies and token go when it ends (they are stored elsewhere).",
     "trainer.ray.address": "The Ray head's dashboard (job and state APIs), e.g. `http://raycluster-head-svc:8265`.",
     "trainer.ray.python": "Absolute path of the interpreter that runs jobs on the Ray nodes. Unset: the service's own (right only where the nodes share its image).",
     "trainer.ray.trainer-url": "How a job on a Ray node reaches the service. Unset: `trainer.url`.",

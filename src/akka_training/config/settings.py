@@ -240,6 +240,9 @@ class LocalBackend(_Section):
     stop_grace_seconds: float = Field(20.0, ge=0)
     # Apply the envelope's host memory to each job as its data-size limit.
     enforce_host_memory: bool = False
+    # Days an ended job's log (and exit record) stay in $AKKA_HOME/jobs; what else it wrote
+    # goes when it ends.
+    job_log_days: float = Field(14.0, gt=0)
 
 
 class Controller(_Section):

@@ -158,4 +158,5 @@ def make_backend(
         accelerator="cpu" if host.accelerator == "cpu" else "gpu",
         grace_seconds=settings.trainer.local.stop_grace_seconds,
         python=settings.trainer.local.python,
+        keep_logs_seconds=settings.trainer.local.job_log_days * 86400,
     )

@@ -38,6 +38,7 @@ from pathlib import Path
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from akka_training.backends.jobfiles import remove_stored_elsewhere
 from akka_training.blobstore import open_blob_store
 from akka_training.core.reports import FailedReport, FinishedReport, Placement, StoppedReport
 from akka_training.core.resolved import TOKEN_ENV, JobSpec
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_job(spec, reporter, Path.cwd())
     finally:
         reporter.close()
+        # What it wrote is stored elsewhere now (a directory its backend marked only).
+        remove_stored_elsewhere(Path.cwd())
 
 
 def open_reporter(spec: JobSpec, token: str) -> HttpReporter:

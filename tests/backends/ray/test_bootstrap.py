@@ -15,8 +15,15 @@ SRC = Path(__file__).resolve().parents[3] / "src"
 
 # A stand-in job: prints what a job would see (its pid, cwd, spec file, environment).
 PROBE = """
-import json, os, sys
+import fcntl, json, os, sys
+mark = os.open(".akka-job", os.O_RDWR)
+try:
+    fcntl.flock(mark, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    locked = False
+except BlockingIOError:
+    locked = True
 print(json.dumps({
+    "locked": locked,
     "pid": os.getpid(),
     "cwd": os.getcwd(),
     "argv": sys.argv[1:],
@@ -59,6 +66,21 @@ def test_the_bootstrap_writes_the_spec_and_becomes_the_job(tmp_path: Path) -> No
     assert seen["env_has_spec"] is False
     assert seen["ray_env"] == []  # the job does not join the cluster it runs on
     assert seen["token"] == "tok"
+    assert seen["locked"] is True  # its directory is held for as long as it lives
+
+
+def test_the_bootstrap_removes_what_killed_jobs_left_on_its_node(tmp_path: Path) -> None:
+    left = tmp_path / "jobs" / "r-1" / "2"
+    (left / "checkpoints" / "global_step_4").mkdir(parents=True)
+    (left / ".akka-job").touch()  # marked, and no live job holds it
+    (left / "job.json").write_text("{}")
+    unmarked = tmp_path / "jobs" / "someone" / "else"
+    unmarked.mkdir(parents=True)
+    spec = {"runId": "r-7", "attempt": 3}
+    result = _run(tmp_path, {SPEC_ENV: encode_spec(spec), "AKKA_JOB_TOKEN": "tok"})
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "jobs" / "r-1").exists()
+    assert unmarked.is_dir()  # never a directory no backend marked
 
 
 def test_a_job_without_a_spec_ends_with_a_message(tmp_path: Path) -> None:

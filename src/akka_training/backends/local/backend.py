@@ -1,7 +1,9 @@
 """Jobs as child processes on this host.
 
 Each attempt gets a directory ``$AKKA_HOME/jobs/RUN/ATTEMPT`` holding its spec, its log and, once
-it ends, ``exit.json`` (written by the runner). A handle is the runner's pid and start time, so a
+it ends, ``exit.json`` (written by the runner). Once the job ends only the log, the exit record
+and the handle stay (`jobfiles`), for ``keep_logs_seconds``; a starting backend tidies what
+ended jobs left while it was down. A handle is the runner's pid and start time, so a
 restarted service finds its jobs again and never mistakes a reused pid for one of them.
 
 A job is gone only once every process it started is gone (`family`): the runner ends what the job
@@ -17,11 +19,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from akka_training.backends import jobfiles
 from akka_training.backends.base import (
     Backend,
     JobStatus,
@@ -43,6 +48,8 @@ class LocalBackend(Backend):
         accelerator: str = "cpu",
         grace_seconds: float = 20.0,
         python: str | None = None,
+        keep_logs_seconds: float = 14 * 86400.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.jobs_dir = jobs_dir
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -52,6 +59,8 @@ class LocalBackend(Backend):
         self._python = python or sys.executable
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
+        # What ended jobs left while this service was down (a killed runner, a crash).
+        jobfiles.sweep(jobs_dir, self._running, keep_logs_seconds=keep_logs_seconds, now=clock)
 
     def job_dir(self, run_id: str, attempt: int) -> Path:
         return self.jobs_dir / run_id / str(attempt)
@@ -62,7 +71,7 @@ class LocalBackend(Backend):
         if handle_file.exists():
             launched: dict[str, Any] = json.loads(handle_file.read_text())
             return launched
-        job_dir.mkdir(parents=True, exist_ok=True)
+        jobfiles.mark(job_dir)
         (job_dir / "job.json").write_text(json.dumps(request.job_spec, indent=1))
         env = dict(request.env)
         if self._accelerator == "cpu":
@@ -120,7 +129,7 @@ class LocalBackend(Backend):
         # The runner itself is gone without a word (killed): what it started may still run,
         # the job among them. They end now, so that the job is gone before its devices are.
         left = family.end_family(str(job_dir), 2.0)
-        family.remove_partial_files(job_dir)
+        jobfiles.remove_stored_elsewhere(job_dir)
         detail = "the job's runner process was killed"
         if left:
             detail += f"; {left} of the job's processes were still running and were ended"
@@ -162,6 +171,17 @@ class LocalBackend(Backend):
         if path.startswith("s3://"):
             return None
         return Path(path).exists()
+
+    def _running(self, job_dir: Path) -> bool:
+        """Whether the job of `job_dir` may still run: its runner lives, or it has no handle
+        yet and no exit record (a launch under way)."""
+        if (job_dir / "exit.json").exists():
+            return False
+        try:
+            handle = json.loads((job_dir / "handle.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return self._alive(handle)
 
     def _alive(self, handle: dict[str, Any]) -> bool:
         try:

@@ -82,15 +82,6 @@ def oom_kills(pid: int | None = None) -> int | None:
     return None
 
 
-def remove_partial_files(job_dir: Path) -> None:
-    """What an ended job was writing (a rollout step file, a download): half-written files no
-    one will finish (``.NAME.partial``, ``NAME.part``)."""
-    for pattern in (".*.partial", "*.part"):
-        for path in job_dir.rglob(pattern):
-            if path.is_file():
-                path.unlink(missing_ok=True)
-
-
 def _alive(process: psutil.Process) -> bool:
     with contextlib.suppress(psutil.Error):
         return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)

@@ -1,9 +1,11 @@
 """`python -m akka_training.backends.local.runner JOB_DIR`: the parent of one local job.
 
-It starts the job described by ``JOB_DIR/launch.json``, forwards a stop (SIGTERM) to it and kills
-it after the grace period. When the job has exited it ends every process the job started that is
-still alive (`family`: they carry the job's mark in their environment, also those in sessions of
-their own), and only then writes ``JOB_DIR/exit.json``, so that the job counts as gone, and its
+It starts the job described by ``JOB_DIR/launch.json`` (removed once read: it holds the job's
+token), forwards a stop (SIGTERM) to it and kills it after the grace period. When the job has
+exited it ends every process the job started that is still alive (`family`: they carry the job's
+mark in their environment, also those in sessions of their own), empties the directory of what is
+stored elsewhere (`jobfiles`: the log stays), and only then writes ``JOB_DIR/exit.json``, so that
+the job counts as gone, and its
 devices free, once nothing of it runs. ``exit.json`` survives a restart of the service that
 launched the job; it also says whether the kernel's out-of-memory killer acted in the job's
 cgroup while it ran. It imports nothing heavy.
@@ -20,16 +22,19 @@ import sys
 import threading
 from pathlib import Path
 
+from akka_training.backends.jobfiles import remove_stored_elsewhere
 from akka_training.backends.local.family import (
     FAMILY_ENV,
     end_family,
     oom_kills,
-    remove_partial_files,
 )
 
 
 def main(job_dir: Path) -> int:
-    launch = json.loads((job_dir / "launch.json").read_text())
+    # The hand-off holds the job's token: read once, then gone from the disk.
+    launch_file = job_dir / "launch.json"
+    launch = json.loads(launch_file.read_text())
+    launch_file.unlink()
     limit = launch.get("host_memory_bytes")
 
     def _limits() -> None:
@@ -70,7 +75,8 @@ def main(job_dir: Path) -> int:
     # What the job left running (verl's Ray processes, a killed job's children): ended before
     # the job is reported gone.
     left = end_family(mark, min(grace, 10.0))
-    remove_partial_files(job_dir)
+    # Its checkpoints, copies and half-written files are stored elsewhere or useless now.
+    remove_stored_elsewhere(job_dir)
     result = {
         "exit_code": code if code >= 0 else None,
         "signal": -code if code < 0 else None,

@@ -4,7 +4,9 @@
 It writes the job spec (from ``AKKA_JOB_SPEC``) to ``DIR/RUN/N/job.json`` (``DIR`` defaults to
 ``$TMPDIR/akka-jobs`` on the worker), moves there, and replaces itself with
 ``python -m MODULE job.json`` under the same interpreter, so the job keeps the process (and
-the pid) that Ray watches and signals. It imports only the standard library and `entrypoint`.
+the pid) that Ray watches and signals. It imports only the standard library, `entrypoint` and
+`jobfiles`. The job's directory is locked for the job's life; the job empties it as it ends, and
+the next bootstrap on the node removes what killed jobs left (`jobfiles`).
 
 The job does not join the Ray cluster it runs on: Ray gives a job's entrypoint the cluster's
 address (``RAY_ADDRESS``) and its job config (which repeats the runtime env, the job's token
@@ -21,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from akka_training.backends import jobfiles
 from akka_training.backends.ray.entrypoint import SPEC_ENV, decode_spec
 
 # What Ray gives a job's entrypoint so that it can join the cluster.
@@ -43,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop(name, None)
     root = Path(args.work_dir) if args.work_dir else Path(tempfile.gettempdir()) / "akka-jobs"
     job_dir = root / args.run / str(args.attempt)
-    job_dir.mkdir(parents=True, exist_ok=True)
+    # What jobs on this node left when they were killed (Ray keeps their logs).
+    jobfiles.sweep(root, jobfiles.held, keep_logs_seconds=0)
+    jobfiles.hold(job_dir)  # for the life of the job: the lock passes through exec
     job_json = job_dir / "job.json"
     job_json.write_text(json.dumps(spec, indent=1))
     os.chdir(job_dir)

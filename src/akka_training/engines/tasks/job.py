@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from akka_training.backends.jobfiles import remove_stored_elsewhere
 from akka_training.blobstore import open_blob_store
 from akka_training.core.tasks import TOKEN_ENV, TaskSpec
 from akka_training.engines.entry import USAGE, read_entry
@@ -42,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_task(spec, reporter, Path.cwd())
     finally:
         reporter.close()
+        # What it wrote is stored elsewhere now (a directory its backend marked only).
+        remove_stored_elsewhere(Path.cwd())
 
 
 def run_task(spec: TaskSpec, reporter: TaskReporter, workdir: Path) -> int:
