@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from akka_training.config.settings import load_settings
+from tests.deploy.manifests import namespace_problems, reference_problems
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -138,14 +139,15 @@ def test_the_production_overlay_runs_two_replicas_on_postgres_s3_and_a_ray_clust
     assert deployment["spec"]["replicas"] == 2
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e for e in container["env"]}
-    assert (
-        env["AKKA_TRAINER__DATABASE__URL"]["valueFrom"]["secretKeyRef"]["name"]
-        == "akka-trainer-database"
+    # The Secrets by the hashed names kustomize gives them.
+    secret_names = {s["metadata"]["name"] for s in by_kind["Secret"]}
+    database = env["AKKA_TRAINER__DATABASE__URL"]["valueFrom"]["secretKeyRef"]
+    assert database["name"] in secret_names and database["name"].startswith(
+        "akka-trainer-database-"
     )
-    assert env["AKKA_TRAINER__STORAGE__S3__SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
-        "name": "akka-trainer-s3",
-        "key": "secret-access-key",
-    }
+    s3 = env["AKKA_TRAINER__STORAGE__S3__SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]
+    assert s3["name"] in secret_names and s3["name"].startswith("akka-trainer-s3-")
+    assert s3["key"] == "secret-access-key"
     assert {"POD_NAME", "NODE_NAME"} <= set(env)
     (config,) = by_kind["ConfigMap"]
     settings_file = tmp_path / "settings.yaml"
@@ -242,8 +244,13 @@ def test_the_deploy_page_overlay_renders_with_the_secrets_replaced(tmp_path: Pat
             assert b"CHANGE-ME" not in base64.b64decode(value), secret["metadata"]["name"]
     admin = base64.b64decode(secrets["akka-trainer-admin"]["data"]["admin-token"]).strip()
     assert len(admin) == 64
-    # The pods mount the replaced secrets (their names carry the new hash).
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    # Every object lands in the namespace, and the pods name the replaced Secrets by their new
+    # hashed names.
+    assert namespace_problems(docs, "akka") == []
+    assert reference_problems(docs) == []
+    (deployment,) = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "akka-trainer"
+    ]
     mounted = {
         v["secret"]["secretName"]
         for v in deployment["spec"]["template"]["spec"]["volumes"]
