@@ -8,6 +8,7 @@ every object at fault.
   selector (a workload's, a Service's, a PodDisruptionBudget's, a NetworkPolicy's, a
   ServiceMonitor's or PodMonitor's) selects something rendered, on ports that exist; the
   in-cluster URLs in ConfigMaps name a Service of the namespace and one of its ports.
+- `pod_security_problems`: every pod template meets the Pod Security `restricted` profile.
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ CLUSTER_KINDS = {
     "MutatingWebhookConfiguration",
 }
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
+# The volume types the restricted profile allows.
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 SERVICE_URL = re.compile(r"\bhttps?://([a-z0-9-]+)\.([a-z0-9-]+)\.svc(?:\.cluster\.local)?:(\d+)")
 
 
@@ -267,3 +279,44 @@ def serves(docs: list[Doc], namespace: str, host: str, port: int) -> bool:
             head = doc["spec"]["headGroupSpec"]["template"]["spec"]
             return any(p["containerPort"] == port for p in container_ports(head))
     return False
+
+
+def pod_security_problems(docs: list[Doc]) -> list[str]:
+    """The Pod Security Standards' `restricted` profile, field by field, for every pod."""
+    problems = []
+    for pod in pod_templates(docs):
+        spec, by = pod.spec, pod.owner
+        pod_context = spec.get("securityContext") or {}
+        for field in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(field):
+                problems.append(f"{by} sets {field}")
+        for volume in spec.get("volumes", []):
+            kinds = set(volume) - {"name"}
+            if not kinds <= RESTRICTED_VOLUMES:
+                problems.append(f"{by} volume {volume['name']} is {sorted(kinds)}")
+        for container in containers(spec):
+            where = f"{by} container {container['name']}"
+            context = container.get("securityContext") or {}
+
+            def setting(field: str, context: Doc = context, pod_context: Doc = pod_context) -> Any:
+                return context.get(field, pod_context.get(field))
+
+            if context.get("privileged"):
+                problems.append(f"{where} is privileged")
+            if context.get("allowPrivilegeEscalation") is not False:
+                problems.append(f"{where} does not set allowPrivilegeEscalation: false")
+            capabilities = context.get("capabilities") or {}
+            if "ALL" not in (capabilities.get("drop") or []):
+                problems.append(f"{where} does not drop ALL capabilities")
+            if set(capabilities.get("add") or []) - {"NET_BIND_SERVICE"}:
+                problems.append(f"{where} adds capabilities {capabilities['add']}")
+            if setting("runAsNonRoot") is not True:
+                problems.append(f"{where} does not set runAsNonRoot: true")
+            if setting("runAsUser") == 0:
+                problems.append(f"{where} runs as uid 0")
+            seccomp = (setting("seccompProfile") or {}).get("type")
+            if seccomp not in ("RuntimeDefault", "Localhost"):
+                problems.append(f"{where} has seccompProfile {seccomp!r}, not RuntimeDefault")
+            if any("hostPort" in p for p in container.get("ports", [])):
+                problems.append(f"{where} uses a hostPort")
+    return problems

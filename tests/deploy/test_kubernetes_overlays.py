@@ -16,6 +16,7 @@ import pytest
 from tests.deploy.manifests import (
     PodTemplate,
     namespace_problems,
+    pod_security_problems,
     pod_templates,
     reference_problems,
 )
@@ -53,9 +54,18 @@ def test_every_reference_resolves_within_its_namespace(overlay: str) -> None:
     assert reference_problems(docs_of(overlay)) == []
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_pod_meets_pod_security_restricted(overlay: str) -> None:
+    docs = docs_of(overlay)
+    assert pod_security_problems(docs) == []
+    labels = one(docs, "Namespace", NAMESPACE)["metadata"]["labels"]
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+
+
 def test_the_checks_name_what_a_broken_overlay_gets_wrong() -> None:
-    """The checks above can fail: a Secret referred to by its unhashed name and an object
-    without its namespace are each named."""
+    """The checks above can fail: a Secret referred to by its unhashed name, an object without
+    its namespace and a container that keeps its capabilities are each named."""
     docs = docs_of("production")
     deployment = one(docs, "Deployment", "akka-trainer")
     env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -63,10 +73,17 @@ def test_the_checks_name_what_a_broken_overlay_gets_wrong() -> None:
         "akka-trainer-database"
     )
     del one(docs, "PrometheusRule", "akka-training-stalled-runs")["metadata"]["namespace"]
+    cluster = one(docs, "RayCluster", "akka-ray")
+    del cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["securityContext"][
+        "capabilities"
+    ]
     assert reference_problems(docs) == [
         "Deployment/akka-trainer container trainer refers to Secret 'akka-trainer-database', "
         "which is not in 'akka'"
     ]
     assert namespace_problems(docs, NAMESPACE) == [
         "PrometheusRule/akka-training-stalled-runs is in namespace '(none)', not 'akka'"
+    ]
+    assert pod_security_problems(docs) == [
+        "RayCluster/akka-ray head container ray-head does not drop ALL capabilities"
     ]
