@@ -9,6 +9,7 @@ every object at fault.
   ServiceMonitor's or PodMonitor's) selects something rendered, on ports that exist; the
   in-cluster URLs in ConfigMaps name a Service of the namespace and one of its ports.
 - `pod_security_problems`: every pod template meets the Pod Security `restricted` profile.
+- `ingress_allowed`: whether the rendered NetworkPolicies let a pod reach another's port.
 """
 
 from __future__ import annotations
@@ -320,3 +321,52 @@ def pod_security_problems(docs: list[Doc]) -> list[str]:
             if any("hostPort" in p for p in container.get("ports", [])):
                 problems.append(f"{where} uses a hostPort")
     return problems
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A pod that sends traffic: its namespace, its namespace's labels, its own labels."""
+
+    namespace: str
+    labels: dict[str, str]
+
+    @property
+    def namespace_labels(self) -> dict[str, str]:
+        return {"kubernetes.io/metadata.name": self.namespace}
+
+
+def ingress_allowed(docs: list[Doc], source: Peer, target: PodTemplate, port: int) -> bool:
+    """Whether the rendered NetworkPolicies let `source` reach `target` on `port` (TCP): a pod
+    no policy selects for ingress takes everything; otherwise some rule of a policy that selects
+    it must allow the source and the port."""
+    names = {p["containerPort"]: p.get("name") for p in container_ports(target.spec)}
+    policies = [
+        d
+        for d in docs
+        if d["kind"] == "NetworkPolicy"
+        and namespace_of(d) == target.namespace
+        and "Ingress" in d["spec"].get("policyTypes", ["Ingress"])
+        and matches(d["spec"]["podSelector"], target.labels)
+    ]
+    if not policies:
+        return True
+    for policy in policies:
+        for rule in policy["spec"].get("ingress", []):
+            peers = rule.get("from")
+            ports = rule.get("ports")
+            if ports and not any(p.get("port") in (port, names.get(port)) for p in ports):
+                continue
+            if not peers or any(peer_matches(peer, source, target.namespace) for peer in peers):
+                return True
+    return False
+
+
+def peer_matches(peer: Doc, source: Peer, namespace: str) -> bool:
+    if "ipBlock" in peer:
+        return False
+    if "namespaceSelector" in peer:
+        if not matches(peer["namespaceSelector"], source.namespace_labels):
+            return False
+    elif source.namespace != namespace:
+        return False
+    return matches(peer.get("podSelector"), source.labels)

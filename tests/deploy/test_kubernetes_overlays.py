@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from tests.deploy.manifests import (
+    Peer,
     PodTemplate,
+    ingress_allowed,
     namespace_problems,
     pod_security_problems,
     pod_templates,
@@ -87,3 +89,57 @@ def test_the_checks_name_what_a_broken_overlay_gets_wrong() -> None:
     assert pod_security_problems(docs) == [
         "RayCluster/akka-ray head container ray-head does not drop ALL capabilities"
     ]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_ingress_is_denied_by_default_and_the_trainer_api_is_open(overlay: str) -> None:
+    docs = docs_of(overlay)
+    default = [
+        d
+        for d in docs
+        if d["kind"] == "NetworkPolicy"
+        and d["spec"]["podSelector"] == {}
+        and d["spec"]["policyTypes"] == ["Ingress"]
+        and not d["spec"].get("ingress")
+    ]
+    assert default, "no default deny of ingress"
+    trainer = pod(docs, "Deployment/akka-trainer")
+    stranger = Peer(NAMESPACE, {"app": "something-else"})
+    elsewhere = Peer("ingress-nginx", {"app": "ingress-nginx"})
+    # Users (through an ingress controller or a port-forward) and the jobs reach the API.
+    assert ingress_allowed(docs, elsewhere, trainer, 9001)
+    assert ingress_allowed(docs, stranger, trainer, 9001)
+    # Nothing else of the trainer's pod is open.
+    assert not ingress_allowed(docs, stranger, trainer, 8080)
+    assert not ingress_allowed(docs, elsewhere, trainer, 22)
+
+
+def test_ray_is_reachable_only_from_the_trainer_and_its_own_pods() -> None:
+    """Ray runs without authentication (RAY_AUTH_MODE=disabled): whoever reaches its dashboard
+    runs code on the GPUs. Only the trainer (it submits jobs) and Ray's own pods (the jobs, and
+    the nodes talking to each other) reach it; Prometheus reaches the metrics port only."""
+    docs = docs_of("production")
+    trainer = pod(docs, "Deployment/akka-trainer")
+    head = pod(docs, "RayCluster/akka-ray head")
+    worker = pod(docs, "RayCluster/akka-ray group h100")
+    from_trainer = Peer(NAMESPACE, trainer.labels)
+    from_head = Peer(NAMESPACE, head.labels)
+    from_worker = Peer(NAMESPACE, worker.labels)
+    stranger = Peer(NAMESPACE, {"app": "something-else"})
+    elsewhere = Peer("default", {"app": "something-else"})
+    prometheus = Peer("monitoring", {"app.kubernetes.io/name": "prometheus"})
+    for port in (8265, 6379, 10001):
+        assert ingress_allowed(docs, from_trainer, head, port)
+        assert ingress_allowed(docs, from_worker, head, port)
+        assert not ingress_allowed(docs, stranger, head, port)
+        assert not ingress_allowed(docs, elsewhere, head, port)
+        assert not ingress_allowed(docs, prometheus, head, port)
+    # Ray's nodes talk on ports of their own choosing.
+    assert ingress_allowed(docs, from_head, worker, 43210)
+    assert ingress_allowed(docs, from_worker, worker, 43210)
+    assert not ingress_allowed(docs, stranger, worker, 43210)
+    # The jobs (in Ray's pods) report to the trainer.
+    assert ingress_allowed(docs, from_worker, trainer, 9001)
+    for ray_pod in (head, worker):
+        assert ingress_allowed(docs, prometheus, ray_pod, 8080)
+        assert not ingress_allowed(docs, stranger, ray_pod, 8080)
