@@ -8,10 +8,12 @@ Prometheus Operator monitors. The checks themselves are in `manifests.py`."""
 from __future__ import annotations
 
 import copy
+import re
 from functools import cache
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.deploy.manifests import (
     Peer,
@@ -22,7 +24,7 @@ from tests.deploy.manifests import (
     pod_templates,
     reference_problems,
 )
-from tests.deploy.test_deploy import OVERLAYS, render
+from tests.deploy.test_deploy import DEPLOY, OVERLAYS, render
 
 NAMESPACE = "akka"
 
@@ -143,3 +145,66 @@ def test_ray_is_reachable_only_from_the_trainer_and_its_own_pods() -> None:
     for ray_pod in (head, worker):
         assert ingress_allowed(docs, prometheus, ray_pod, 8080)
         assert not ingress_allowed(docs, stranger, ray_pod, 8080)
+
+
+def test_the_production_overlay_runs_the_collector_with_the_repositorys_config() -> None:
+    docs = docs_of("production")
+    collector = one(docs, "Deployment", "otel-collector")
+    spec = collector["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (mount,) = [m for m in container["volumeMounts"] if "configMap" in volumes[m["name"]]]
+    config_map = one(docs, "ConfigMap", volumes[mount["name"]]["configMap"]["name"])
+    (key,) = config_map["data"]
+    # The ConfigMap holds deploy/otel/collector.yaml itself, and the collector reads it.
+    assert config_map["data"][key] == (DEPLOY / "otel" / "collector.yaml").read_text()
+    assert f"--config={mount['mountPath']}/{key}" in container["args"]
+    # What the config takes from the environment is set.
+    wanted = set(re.findall(r"\$\{env:(\w+)\}", config_map["data"][key]))
+    assert wanted == {"TRACES_OTLP_ENDPOINT"}
+    assert wanted <= {e["name"] for e in container["env"]}
+    # The trainer (and, through it, each job) sends to the collector's Service.
+    settings = yaml.safe_load(
+        next(
+            d
+            for d in docs
+            if d["kind"] == "ConfigMap"
+            and d["metadata"]["name"].startswith("akka-trainer-settings")
+        )["data"]["settings.yaml"]
+    )
+    endpoint = settings["trainer"]["telemetry"]["collector-endpoint"]
+    assert endpoint == f"http://otel-collector.{NAMESPACE}.svc:4318"
+    service = one(docs, "Service", "otel-collector")
+    assert 4318 in {p["port"] for p in service["spec"]["ports"]}
+    # Only the trainer and the jobs send to it; Prometheus scrapes it.
+    target = pod(docs, "Deployment/otel-collector")
+    trainer = pod(docs, "Deployment/akka-trainer")
+    worker = pod(docs, "RayCluster/akka-ray group h100")
+    prometheus = Peer("monitoring", {"app.kubernetes.io/name": "prometheus"})
+    stranger = Peer(NAMESPACE, {"app": "something-else"})
+    assert ingress_allowed(docs, Peer(NAMESPACE, trainer.labels), target, 4318)
+    assert ingress_allowed(docs, Peer(NAMESPACE, worker.labels), target, 4318)
+    assert not ingress_allowed(docs, stranger, target, 4318)
+    assert ingress_allowed(docs, prometheus, target, 8889)
+    assert not ingress_allowed(docs, stranger, target, 8889)
+
+
+def test_the_production_overlay_has_the_prometheus_operator_scrape_the_metrics() -> None:
+    """The trainer sends its metrics, and the jobs theirs, to the collector (so its `/metrics`
+    answers 404): a ServiceMonitor scrapes the collector's Prometheus exporter, and a PodMonitor
+    scrapes each Ray node's metrics port. Both carry the PrometheusRule's `release` label."""
+    docs = docs_of("production")
+    (service_monitor,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    (endpoint,) = service_monitor["spec"]["endpoints"]
+    service = one(docs, "Service", "otel-collector")
+    (metrics,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    assert metrics["port"] == 8889
+    (pod_monitor,) = [d for d in docs if d["kind"] == "PodMonitor"]
+    for group in ("head", "group h100"):
+        labels = pod(docs, f"RayCluster/akka-ray {group}").labels
+        assert all(
+            labels.get(k) == v for k, v in pod_monitor["spec"]["selector"]["matchLabels"].items()
+        )
+    rule = one(docs, "PrometheusRule", "akka-training-stalled-runs")
+    for monitor in (service_monitor, pod_monitor):
+        assert monitor["metadata"]["labels"]["release"] == rule["metadata"]["labels"]["release"]
