@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from akka_training.config.settings import load_settings
-from tests.deploy.manifests import namespace_problems, reference_problems
+from tests.deploy.manifests import namespace_problems, pod_security_problems, reference_problems
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -252,6 +252,7 @@ def test_the_deploy_page_overlay_renders_with_the_secrets_replaced(tmp_path: Pat
     # hashed names.
     assert namespace_problems(docs, "akka") == []
     assert reference_problems(docs) == []
+    assert pod_security_problems(docs) == []
     (deployment,) = [
         d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "akka-trainer"
     ]
