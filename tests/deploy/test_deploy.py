@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from akka_training.config.settings import load_settings
+from tests.deploy.manifests import namespace_problems, pod_security_problems, reference_problems
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -88,7 +89,9 @@ def test_every_overlay_renders_and_every_object_validates(overlay: str, tmp_path
                         "template": group["template"],
                     }
                 )
-    checked = [d for d in checked if d["kind"] not in ("RayCluster", "PrometheusRule")]
+    # The Prometheus Operator's and KubeRay's CRDs have no schema here either.
+    crds = ("RayCluster", "PrometheusRule", "ServiceMonitor", "PodMonitor")
+    checked = [d for d in checked if d["kind"] not in crds]
     path = tmp_path / f"{overlay}.yaml"
     path.write_text(yaml.safe_dump_all(checked))
     result = run(
@@ -96,13 +99,15 @@ def test_every_overlay_renders_and_every_object_validates(overlay: str, tmp_path
     )
     assert "ERROR" not in result.stdout + result.stderr
     # The settings in the rendered ConfigMap are settings the trainer reads.
-    (config,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap" and "settings.yaml" in d["data"]]
     settings_file = tmp_path / "settings.yaml"
     settings_file.write_text(config["data"]["settings.yaml"])
     settings = load_settings(settings_file)
     assert settings.trainer.bootstrap.admin_token_file == "/etc/akka/secrets/admin/admin-token"
     assert settings.trainer.bootstrap.write_cli_context is False
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (deployment,) = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "akka-trainer"
+    ]
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -134,20 +139,21 @@ def test_the_production_overlay_runs_two_replicas_on_postgres_s3_and_a_ray_clust
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for doc in docs:
         by_kind.setdefault(doc["kind"], []).append(doc)
-    (deployment,) = by_kind["Deployment"]
+    (deployment,) = [d for d in by_kind["Deployment"] if d["metadata"]["name"] == "akka-trainer"]
     assert deployment["spec"]["replicas"] == 2
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e for e in container["env"]}
-    assert (
-        env["AKKA_TRAINER__DATABASE__URL"]["valueFrom"]["secretKeyRef"]["name"]
-        == "akka-trainer-database"
+    # The Secrets by the hashed names kustomize gives them.
+    secret_names = {s["metadata"]["name"] for s in by_kind["Secret"]}
+    database = env["AKKA_TRAINER__DATABASE__URL"]["valueFrom"]["secretKeyRef"]
+    assert database["name"] in secret_names and database["name"].startswith(
+        "akka-trainer-database-"
     )
-    assert env["AKKA_TRAINER__STORAGE__S3__SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
-        "name": "akka-trainer-s3",
-        "key": "secret-access-key",
-    }
+    s3 = env["AKKA_TRAINER__STORAGE__S3__SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]
+    assert s3["name"] in secret_names and s3["name"].startswith("akka-trainer-s3-")
+    assert s3["key"] == "secret-access-key"
     assert {"POD_NAME", "NODE_NAME"} <= set(env)
-    (config,) = by_kind["ConfigMap"]
+    (config,) = [c for c in by_kind["ConfigMap"] if "settings.yaml" in c["data"]]
     settings_file = tmp_path / "settings.yaml"
     settings_file.write_text(config["data"]["settings.yaml"])
     settings = load_settings(settings_file)
@@ -242,8 +248,14 @@ def test_the_deploy_page_overlay_renders_with_the_secrets_replaced(tmp_path: Pat
             assert b"CHANGE-ME" not in base64.b64decode(value), secret["metadata"]["name"]
     admin = base64.b64decode(secrets["akka-trainer-admin"]["data"]["admin-token"]).strip()
     assert len(admin) == 64
-    # The pods mount the replaced secrets (their names carry the new hash).
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    # Every object lands in the namespace, and the pods name the replaced Secrets by their new
+    # hashed names.
+    assert namespace_problems(docs, "akka") == []
+    assert reference_problems(docs) == []
+    assert pod_security_problems(docs) == []
+    (deployment,) = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "akka-trainer"
+    ]
     mounted = {
         v["secret"]["secretName"]
         for v in deployment["spec"]["template"]["spec"]["volumes"]
