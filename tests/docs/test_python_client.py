@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "python-client.md"
 
 
-def example() -> str:
-    section = PAGE.read_text().split("## A complete example", 1)[1]
+def example(heading: str = "## A complete example") -> str:
+    section = PAGE.read_text().split(heading, 1)[1]
     found = re.search(r"```python\n(.*?)```", section, re.S)
     assert found, "the example's code block is missing"
     return found.group(1)
@@ -27,6 +27,30 @@ def test_the_example_is_the_one_the_page_describes() -> None:
     for call in ("connect()", "register_dataset(", "start_run(", "wait_run(", "rollouts("):
         assert call in code, call
     compile(code, str(PAGE), "exec")
+
+
+def test_the_async_example_awaits_the_client() -> None:
+    code = example("## From async code")
+    for call in ("AsyncTrainerClient.wrapping(connect())", "await asyncio.gather(", "async for"):
+        assert call in code, call
+    compile(code, str(PAGE), "exec")
+
+
+@pytest.mark.slow
+def test_the_async_example_runs_against_a_real_trainer(trainer_factory: Any) -> None:
+    trainer = trainer_factory({})
+    env = {k: v for k, v in trainer.env.items() if k != "TRAINER_URL"}
+    result = subprocess.run(
+        [sys.executable, "-c", example("## From async code")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.match(r"engine \w+; projects: ", result.stdout), result.stdout
 
 
 @pytest.mark.slow

@@ -4,6 +4,9 @@
     with connect() as trainer:          # found as the CLI finds it
         print(trainer.info().engine)
 
+    async with AsyncTrainerClient.wrapping(connect()) as trainer:   # every call awaited
+        print((await trainer.info()).engine)
+
 Every answer is a model of `akka_training.api`; every error is an exception of
 `akka_training.core.errors`. `contexts` reads and writes the CLI's configuration file.
 """
@@ -14,12 +17,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from akka_training.client.async_trainer import AsyncTrainerClient
     from akka_training.client.connection import Connection, connect, resolve
     from akka_training.client.trainer import TrainerClient
 
-__all__ = ["Connection", "TrainerClient", "connect", "resolve"]
+__all__ = ["AsyncTrainerClient", "Connection", "TrainerClient", "connect", "resolve"]
 
 _HOMES = {
+    "AsyncTrainerClient": "akka_training.client.async_trainer",
     "Connection": "akka_training.client.connection",
     "connect": "akka_training.client.connection",
     "resolve": "akka_training.client.connection",

@@ -100,6 +100,17 @@ class RunsApi(BaseClient):
         dry_run: Literal[True],
     ) -> api.runs.DryRun: ...
 
+    @overload
+    def branch_run(
+        self,
+        run_ref: str,
+        snapshot: str,
+        steps: int | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        dry_run: bool,
+    ) -> api.runs.RunRecord | api.runs.DryRun: ...
+
     def branch_run(
         self,
         run_ref: str,
@@ -132,6 +143,17 @@ class RunsApi(BaseClient):
         *,
         dry_run: Literal[True],
     ) -> api.runs.DryRun: ...
+
+    @overload
+    def continue_run(
+        self,
+        run_ref: str,
+        snapshot: str,
+        steps: int,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        dry_run: bool,
+    ) -> api.runs.RunRecord | api.runs.DryRun: ...
 
     def continue_run(
         self,

@@ -302,17 +302,14 @@ def test_another_projects_run_a_pipeline_and_unknown_files_are_refused(
     run_id = completed_run(api, trainer)
     api.post("/v1/projects", json={"name": "physics"})
     physics = trainer.client(project_token(api, "physics"))
-    refusal = error(
-        "forbidden",
-        "This token has no access to project 'maths'; use a token of that project or an admin "
-        "token.",
-    )
-    assert answer(physics.get(f"/v1/runs/{run_id}/adapter")) == (403, refusal)
+    # Another project's run answers as one that does not exist.
+    unknown = error("not-found", f"There is no run {run_id!r}.")
+    assert answer(physics.get(f"/v1/runs/{run_id}/adapter")) == (404, unknown)
     assert answer(physics.get(f"/v1/runs/{run_id}/adapter/files/adapter_model.safetensors")) == (
-        403,
-        refusal,
+        404,
+        unknown,
     )
-    assert answer(physics.post(f"/v1/runs/{run_id}/merged", json={})) == (403, refusal)
+    assert answer(physics.post(f"/v1/runs/{run_id}/merged", json={})) == (404, unknown)
 
     names = (
         "adapter_config.json, adapter_model.safetensors, chat_template.jinja, tokenizer.json, "

@@ -66,18 +66,21 @@ def test_references_resolve_and_say_what_exists(ctx: Any) -> None:
     register(ctx, "train", chat_rows("a"), alias="prod")
     register(ctx, "train", chat_rows("b"))
     with ctx.db.session() as session:
-        assert service.resolve_dataset(session, "maths/train").version == 2
-        assert service.resolve_dataset(session, "maths/train:v1").version == 1
-        assert service.resolve_dataset(session, "maths/train:prod").version == 1
-        v2 = service.resolve_dataset(session, "maths/train:v2")
-        assert service.resolve_dataset(session, f"maths/train@sha256:{v2.sha256[:6]}") is not None
+        assert service.resolve_dataset(session, "maths/train", ADMIN).version == 2
+        assert service.resolve_dataset(session, "maths/train:v1", ADMIN).version == 1
+        assert service.resolve_dataset(session, "maths/train:prod", ADMIN).version == 1
+        v2 = service.resolve_dataset(session, "maths/train:v2", ADMIN)
+        assert (
+            service.resolve_dataset(session, f"maths/train@sha256:{v2.sha256[:6]}", ADMIN)
+            is not None
+        )
         assert service.version_ref(v2) == "maths/train:v2"
         with pytest.raises(NotFound, match=r"has no v3; its versions: v1, v2\."):
-            service.resolve_dataset(session, "maths/train:v3")
+            service.resolve_dataset(session, "maths/train:v3", ADMIN)
         with pytest.raises(NotFound, match=r"has no alias 'best'; its aliases: prod \(v1\)\."):
-            service.resolve_dataset(session, "maths/train:best")
+            service.resolve_dataset(session, "maths/train:best", ADMIN)
         with pytest.raises(InvalidRequest, match="is not a reference"):
-            service.resolve_dataset(session, "train")
+            service.resolve_dataset(session, "train", ADMIN)
 
 
 def test_an_ambiguous_hash_prefix_names_the_candidates(ctx: Any) -> None:
@@ -99,8 +102,8 @@ def test_an_ambiguous_hash_prefix_names_the_candidates(ctx: Any) -> None:
         with pytest.raises(
             InvalidRequest, match=r"matches 2 versions of maths/twin \(v1, v2\); give more"
         ):
-            service.resolve_dataset(session, "maths/twin@sha256:abcdef")
-        assert service.resolve_dataset(session, "maths/twin@sha256:abcdef02").version == 2
+            service.resolve_dataset(session, "maths/twin@sha256:abcdef", ADMIN)
+        assert service.resolve_dataset(session, "maths/twin@sha256:abcdef02", ADMIN).version == 2
 
 
 def test_listing_shows_the_newest_version_of_visible_datasets(ctx: Any) -> None:

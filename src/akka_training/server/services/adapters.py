@@ -296,21 +296,25 @@ def _no_final_adapter(session: Session, run: Run, verb: str) -> str:
 
 def _find_run(session: Session, principal: Principal, ref: str) -> Run:
     """The run `ref` names; a pipeline's id is refused with the runs of its stages."""
-    pipeline = _pipeline(session, ref)
+    pipeline = _pipeline(session, principal, ref)
     if pipeline is not None:
-        principal.require(pipeline.project)
         raise InvalidRequest(_pipeline_refusal(session, pipeline))
     return run_for(session, principal, ref)
 
 
-def _pipeline(session: Session, ref: str) -> Pipeline | None:
+def _pipeline(session: Session, principal: Principal, ref: str) -> Pipeline | None:
+    """The pipeline `ref` names among the caller's projects (another project's is not named)."""
     # Run ids are hexadecimal; pipeline ids start with "p".
     if not ref.startswith("p") or len(ref) < 3:
         return None
+    principal.refuse_reporters()
     found = session.get(Pipeline, ref)
-    if found is not None:
+    if found is not None and principal.can(found.project):
         return found
-    matches = session.scalars(select(Pipeline).where(Pipeline.id.startswith(ref)).limit(2)).all()
+    query = select(Pipeline).where(Pipeline.id.startswith(ref))
+    if principal.projects is not None:
+        query = query.where(Pipeline.project.in_(principal.projects))
+    matches = session.scalars(query.limit(2)).all()
     return matches[0] if len(matches) == 1 else None
 
 

@@ -70,8 +70,11 @@ def register(
     return bundle_record(row)
 
 
-def resolve_bundle(session: Session, ref_text: str) -> Bundle:
+def resolve_bundle(session: Session, ref_text: str, principal: Principal) -> Bundle:
+    """The bundle `ref_text` names. A project `principal` may not read is refused before
+    anything is looked up, so the answer is the same whether the bundle exists or not."""
     ref = _parse(ref_text)
+    principal.require(ref.project)
     query = select(Bundle).where(Bundle.project == ref.project, Bundle.name == ref.name)
     if ref.version is not None:
         query = query.where(Bundle.version == ref.version)
@@ -101,9 +104,7 @@ def list_bundles(session: Session, principal: Principal, project: str | None) ->
 
 
 def get(session: Session, principal: Principal, ref_text: str) -> BundleRecord:
-    row = resolve_bundle(session, ref_text)
-    principal.require(row.project)
-    return bundle_record(row)
+    return bundle_record(resolve_bundle(session, ref_text, principal))
 
 
 def bundle_record(row: Bundle, existing: bool = False) -> BundleRecord:

@@ -40,10 +40,13 @@ _COMMIT_TRIES = 5
 _LISTED = 10  # versions or aliases named in a not-found message
 
 
-def resolve_dataset(session: Session, ref_text: str) -> DatasetVersion:
-    """The version `ref_text` names. Raises InvalidRequest for a malformed reference and
-    NotFound, naming what exists, for an unknown project, dataset, version, alias or hash."""
+def resolve_dataset(session: Session, ref_text: str, principal: Principal) -> DatasetVersion:
+    """The version `ref_text` names. Raises InvalidRequest for a malformed reference, Forbidden
+    for a project `principal` may not read (before anything is looked up, so that the answer
+    is the same whether the name exists or not) and NotFound, naming what exists, for an unknown
+    project, dataset, version, alias or hash."""
     ref = parse_dataset_ref(ref_text)
+    principal.require(ref.project)
     get_project_row(session, ref.project)
     versions = _versions(session, ref.project, ref.name)
     if not versions:
@@ -216,8 +219,7 @@ def list_datasets(
 def get_dataset(session: Session, principal: Principal, ref_text: str) -> answers.DatasetDetail:
     """The version a reference names, with every version of its name."""
     ref = parse_dataset_ref(ref_text)
-    principal.require(ref.project)
-    version = resolve_dataset(session, ref_text)
+    version = resolve_dataset(session, ref_text, principal)
     return answers.DatasetDetail(
         **dict(version_record(session, version)),
         versions=list_versions(session, principal, ref.full_name),
@@ -246,7 +248,7 @@ def set_alias(
     ref = parse_dataset_ref(ref_text)
     principal.require(ref.project)
     check_alias(alias)
-    version = resolve_dataset(session, ref_text)
+    version = resolve_dataset(session, ref_text, principal)
     previous = _point_alias(session, version, alias)
     return answers.AliasSet(
         **dict(version_record(session, version)), alias=alias, previous=previous

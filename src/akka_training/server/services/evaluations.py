@@ -219,7 +219,12 @@ def samples(
 
 
 def evaluation_for(session: Session, principal: Principal, ref: str) -> Task:
+    """An evaluation of the projects `principal` may read, by id or prefix; another project's
+    answers as one that does not exist."""
+    principal.refuse_reporters()
     task = session.get(Task, ref)
+    if task is not None and not principal.can(task.project):
+        task = None
     if task is None and len(ref) >= 3:
         query = select(Task).where(Task.kind == EVALUATE, Task.id.startswith(ref))
         if principal.projects is not None:
@@ -230,7 +235,6 @@ def evaluation_for(session: Session, principal: Principal, ref: str) -> Task:
         task = matches[0] if matches else None
     if task is None or task.kind != EVALUATE:
         raise NotFound(f"There is no evaluation {ref!r}.")
-    principal.require(task.project)
     return task
 
 
@@ -295,8 +299,7 @@ def _dataset(
     problems: list[Problem],
 ) -> tuple[str, str]:
     try:
-        version = resolve_dataset(session, plan.dataset)
-        principal.require(version.project)
+        version = resolve_dataset(session, plan.dataset, principal)
     except AkkaError as exc:
         problems.append(Problem("dataset", f"dataset: {exc.message}"))
         return "", ""
@@ -330,7 +333,6 @@ def _source(
         return None, None, None
     try:
         run = find_run(session, plan.source.run, principal)
-        principal.require(run.project)
     except AkkaError as exc:
         problems.append(Problem("source.run", f"source.run: {exc.message}"))
         return None, None, None

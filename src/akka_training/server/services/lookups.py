@@ -1,4 +1,10 @@
-"""Finding rows by what users type: ids and unambiguous id prefixes."""
+"""Finding rows by what users type: ids and unambiguous id prefixes.
+
+A caller learns nothing of another project's rows: a run, pipeline, task or evaluation of a
+project the caller may not read answers exactly as one that does not exist (404, "There is no
+run 'ID'."), whether it is named by its whole id or by a prefix. References that name their
+project (``PROJECT/NAME`` datasets and bundles) are refused for the project before anything is
+looked up, so they answer the same whether the name exists or not."""
 
 from __future__ import annotations
 
@@ -11,18 +17,18 @@ from akka_training.storage.models import Pipeline, Run
 from akka_training.storage.transitions import lock_pipeline, lock_run
 
 
-def find_run(session: Session, run_ref: str, principal: Principal | None = None) -> Run:
-    """A run by id or by an unambiguous prefix of its id. A prefix matches only the runs of
-    the projects `principal` may read, so that a prefix of another project's run answers as
-    one that matches nothing (neither a refusal nor an ambiguity naming another's ids tells
-    that such a run exists). A whole id is looked up as it is; the caller checks access."""
+def find_run(session: Session, run_ref: str, principal: Principal) -> Run:
+    """A run of the projects `principal` may read, by id or by an unambiguous prefix of its id.
+    Another project's run, by whole id or by prefix, answers as one that does not exist (neither
+    a refusal nor an ambiguity naming another's ids tells that such a run exists)."""
+    principal.refuse_reporters()
     run = session.get(Run, run_ref)
-    if run is not None:
+    if run is not None and principal.can(run.project):
         return run
     if len(run_ref) < 3:
         raise InvalidRequest("Give at least 3 characters of a run id.")
     query = select(Run).where(Run.id.startswith(run_ref))
-    if principal is not None and principal.projects is not None:
+    if principal.projects is not None:
         query = query.where(Run.project.in_(principal.projects))
     matches = session.scalars(query.limit(3)).all()
     if not matches:
@@ -34,9 +40,7 @@ def find_run(session: Session, run_ref: str, principal: Principal | None = None)
 
 
 def run_for(session: Session, principal: Principal, run_ref: str) -> Run:
-    run = find_run(session, run_ref, principal)
-    principal.require(run.project)
-    return run
+    return find_run(session, run_ref, principal)
 
 
 def locked_run_for(session: Session, principal: Principal, run_ref: str) -> Run:
@@ -59,7 +63,12 @@ def locked_pipeline_for(session: Session, principal: Principal, ref: str) -> Pip
 
 
 def pipeline_for(session: Session, principal: Principal, ref: str) -> Pipeline:
+    """A pipeline of the projects `principal` may read, by id or prefix; another project's
+    answers as one that does not exist."""
+    principal.refuse_reporters()
     pipeline = session.get(Pipeline, ref)
+    if pipeline is not None and not principal.can(pipeline.project):
+        pipeline = None
     if pipeline is None and len(ref) >= 3:
         # As for runs: a prefix matches the pipelines of the caller's projects only.
         query = select(Pipeline).where(Pipeline.id.startswith(ref))
@@ -71,5 +80,4 @@ def pipeline_for(session: Session, principal: Principal, ref: str) -> Pipeline:
         pipeline = matches[0] if matches else None
     if pipeline is None:
         raise NotFound(f"There is no pipeline {ref!r}.")
-    principal.require(pipeline.project)
     return pipeline

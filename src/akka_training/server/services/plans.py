@@ -269,8 +269,7 @@ def pin_bundles(
     pins: dict[str, BundlePin] = {}
     for field, holder in users:
         try:
-            row = resolve_bundle(session, holder.bundle)
-            principal.require(row.project)
+            row = resolve_bundle(session, holder.bundle, principal)
         except AkkaError as exc:
             problems.append(Problem(field, f"{field}: {exc.message}"))
             continue
@@ -333,8 +332,7 @@ def _dataset(
     session: Session, principal: Principal, text: str, field: str, problems: list[Problem]
 ) -> DatasetVersion | None:
     try:
-        version = resolve_dataset(session, text)
-        principal.require(version.project)
+        version = resolve_dataset(session, text, principal)
         return version
     except AkkaError as exc:
         problems.append(Problem(field, f"{field}: {exc.message}"))
@@ -396,7 +394,6 @@ def _source(
     assert plan.source is not None
     try:
         run = find_run(session, run_id, principal)
-        principal.require(run.project)
     except AkkaError as exc:
         problems.append(Problem("source.run", f"source.run: {exc.message}"))
         return None

@@ -79,10 +79,10 @@ def start(
         raise InvalidRequest(
             "This is a pipeline plan; start it with `akka training pipelines start`."
         )
+    principal.require(plan.project)
     if plan.submission_id and not dry_run:
         existing = _by_submission(session, plan.project, plan.submission_id)
         if existing is not None:
-            principal.require(existing.project)
             return run_record(session, ctx, existing, existing=True)
     resolved = resolve_run(session, ctx, principal, plan)
     if dry_run:

@@ -110,10 +110,12 @@ def cancel(session: Session, principal: Principal, task_id: str) -> TaskRecord:
 
 
 def task_for(session: Session, principal: Principal, task_id: str) -> Task:
+    """A task of the projects `principal` may read; another project's answers as one that does
+    not exist."""
+    principal.refuse_reporters()
     task = session.get(Task, task_id)
-    if task is None:
+    if task is None or not principal.can(task.project):
         raise NotFound(f"There is no task {task_id!r}.")
-    principal.require(task.project)
     return task
 
 

@@ -54,24 +54,25 @@ def list_tokens(session: Session, principal: Principal) -> list[TokenRecord]:
     rows = session.scalars(
         select(Token).where(Token.kind.in_(("admin", "project"))).order_by(Token.created_at)
     )
-    out = []
-    for token in rows:
-        if principal.is_admin or (
-            token.kind == "project" and set(token.projects) <= set(principal.projects or ())
-        ):
-            out.append(token_record(token))
-    return out
+    return [token_record(t) for t in rows if _listed_for(principal, t)]
+
+
+def _listed_for(principal: Principal, token: Token) -> bool:
+    """Whether `principal` sees (and may revoke) `token`: an admin sees every admin and project
+    token; a project token sees the project tokens of its own projects only."""
+    if token.kind not in ("admin", "project"):
+        return False
+    return principal.is_admin or (
+        token.kind == "project" and set(token.projects) <= set(principal.projects or ())
+    )
 
 
 def revoke_token(session: Session, principal: Principal, token_id: str) -> TokenRecord:
+    principal.refuse_reporters()
     token = session.get(Token, token_id)
-    if token is None or token.kind not in ("admin", "project"):
+    if token is None or not _listed_for(principal, token):
+        # A token the caller cannot list answers as one that does not exist.
         raise NotFound(f"There is no token {token_id!r}.")
-    if not principal.is_admin:
-        for project in token.projects:
-            principal.require(project)
-        if token.kind == "admin":
-            principal.require_admin()
     if token.kind == "admin" and token.revoked_at is None:
         _refuse_revoking_the_last_admin(session, token)
     token.revoked_at = token.revoked_at or datetime.now(UTC)
