@@ -125,7 +125,7 @@ def test_an_answer_refuses_a_key_it_does_not_declare() -> None:
         (("progress", "eta"), "extra_forbidden"),
     }
     with pytest.raises(ValidationError):
-        Directive(action="continue", later=True)
+        Directive.model_validate({"action": "continue", "later": True})
 
 
 def test_the_client_reads_an_answer_with_keys_this_version_does_not_know() -> None:
@@ -192,7 +192,7 @@ def test_the_error_body_is_the_error_tree_as_json() -> None:
 
 
 def test_rollouts_and_bundles_read_as_sent() -> None:
-    empty = {"run": "r1", "method": "sft", "steps": [], "step": None, "count": 0, "order": None,
+    empty: dict[str, Any] = {"run": "r1", "method": "sft", "steps": [], "step": None, "count": 0, "order": None,
              "best": None, "worst": None, "rollouts": [],
              "note": "Run r1 is a sft run: only grpo and gspo runs keep rollouts."}  # fmt: skip
     assert StepRollouts.model_validate(empty).to_json() == empty

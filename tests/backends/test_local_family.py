@@ -102,14 +102,15 @@ def left_in(job_dir: Path) -> list[str]:
 
 def gone(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
 
 
 def job_pid(handle: dict[str, Any]) -> int:
     runner = psutil.Process(handle["pid"])
-    return runner.children()[0].pid
+    pid: int = runner.children()[0].pid
+    return pid
 
 
 @pytest.mark.parametrize("victim", ["job", "runner"])

@@ -32,7 +32,7 @@ def test_the_call_comes_once_the_module_is_imported_and_only_then(module_dir: Pa
 
     def first(module: ModuleType) -> None:
         seen.append(module)
-        module.SETTING = "changed"
+        module.__dict__["SETTING"] = "changed"
 
     when_imported("akka_lazy_probe", first)
     when_imported("akka_lazy_probe", seen.append)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from akka_training.core.catalog import CatalogModel
-from akka_training.devmodels.build import BUILDER_VERSION, build_dev_models, directory_revision
-from akka_training.devmodels.catalog import all_built
+from akka_training.devmodels.build import build_dev_models, directory_revision
+from akka_training.devmodels.catalog import BUILDER_VERSION, all_built
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -86,8 +86,10 @@ def test_the_command_prints_catalog_entries(catalog: dict[str, dict[str, Any]]) 
     assert chat.revision == catalog["tiny-chat"]["revision"]
     assert chat.methods("trl", image_text_rl=False) == ["sft", "grpo", "gspo"]
     assert chat.qualified_gpus("grpo", "verl", image_text_rl=False) == [1, 2, 4, 8]
-    assert chat.envelope("sft", "trl", 1, image_text_rl=False).precision == "FP32"
-    assert chat.envelope("gspo", "verl", 8, image_text_rl=False).precision == "BF16"
+    sft = chat.envelope("sft", "trl", 1, image_text_rl=False)
+    gspo = chat.envelope("gspo", "verl", 8, image_text_rl=False)
+    assert sft is not None and sft.precision == "FP32"
+    assert gspo is not None and gspo.precision == "BF16"
     # Under verl, RL over the image-text model needs the deployment's consent.
     assert vision.methods("verl", image_text_rl=False) == ["sft"]
     assert vision.methods("trl", image_text_rl=False) == ["sft", "grpo", "gspo"]

@@ -16,8 +16,12 @@ from transformers import (
     AutoModelForImageTextToText,
     AutoProcessor,
     AutoTokenizer,
+    BatchEncoding,
 )
-from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
+from trl.trainer.grpo_config import GRPOConfig
+from trl.trainer.grpo_trainer import GRPOTrainer
+from trl.trainer.sft_config import SFTConfig
+from trl.trainer.sft_trainer import SFTTrainer
 
 # Every test here loads the development models and runs real generation and training steps.
 pytestmark = pytest.mark.slow
@@ -37,9 +41,11 @@ def test_tiny_chat_generates_and_digits_split(catalog: dict[str, dict[str, Any]]
     inputs = tokenizer.apply_chat_template(
         CHAT[:1], add_generation_prompt=True, return_dict=True, return_tensors="pt"
     )
+    assert isinstance(inputs, BatchEncoding)  # return_dict=True
     out = model.generate(**inputs, max_new_tokens=5, do_sample=False)
     assert out.shape[1] == inputs["input_ids"].shape[1] + 5
     masks = tokenizer.apply_chat_template(CHAT, return_assistant_tokens_mask=True, return_dict=True)
+    assert isinstance(masks, BatchEncoding)
     answer = [t for t, m in zip(masks["input_ids"], masks["assistant_masks"], strict=True) if m]
     assert tokenizer.decode(answer) == "12 + 35 = 47. #### 47<|im_end|>"
 
@@ -143,7 +149,7 @@ def _grpo_args(tmp_path: Path) -> GRPOConfig:
     )
 
 
-def _length_reward(completions: list[Any], **_: Any) -> list[float]:
+def _length_reward(completions: list[Any], **_: Any) -> list[float | None]:
     return [float(len(str(c))) for c in completions]
 
 

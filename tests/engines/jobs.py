@@ -6,9 +6,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from akka_training.blobstore import BlobStore
+from akka_training.core.catalog import Engine
 from akka_training.core.plans import Execution, RunConfig
 from akka_training.core.resolved import (
     BaseModelPin,
@@ -31,7 +32,9 @@ def put_dataset(store: BlobStore, name: str, rows: list[dict[str, Any]]) -> Data
     digest = hashlib.sha256(data).hexdigest()
     key = f"datasets/sha256/{digest[:2]}/{digest}"
     store.put_bytes(key, data)
-    fmt = "chat" if "messages" in rows[0] else "prompt-completion"
+    fmt: Literal["chat", "prompt-completion"] = (
+        "chat" if "messages" in rows[0] else "prompt-completion"
+    )
     has_images = "image" in data.decode()
     return DatasetPin(
         ref=f"test/{name}",
@@ -64,7 +67,7 @@ def make_spec(
     store: BlobStore,
     run_id: str = "run-1",
     attempt: int = 1,
-    engine: str = "trl",
+    engine: Engine = "trl",
     eval_dataset: DatasetPin | None = None,
     source: SourcePin | None = None,
     resume: ResumePoint | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -27,7 +28,7 @@ def test_images_come_from_data_urls_base64_and_local_files(tmp_path: Path) -> No
 def test_image_rows_become_vision_examples_and_text_models_refuse_them(tmp_path: Path) -> None:
     picture = tmp_path / "cat.png"
     Image.new("RGB", (4, 4)).save(picture)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "messages": [
                 {
@@ -61,7 +62,7 @@ def test_image_rows_become_vision_examples_and_text_models_refuse_them(tmp_path:
 
 
 def test_rl_rows_split_the_prompt_from_the_expected_answer() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "messages": [
                 {"role": "system", "content": "Be brief."},
@@ -80,6 +81,7 @@ def test_rl_rows_split_the_prompt_from_the_expected_answer() -> None:
     out = rl_rows(rows)
 
     assert [r.expected for r in out] == ["#### 4", None, "#### 6"]
+    assert isinstance(out[0].prompt, list)
     assert [m["role"] for m in out[0].prompt] == ["system", "user"]
     assert [r.index for r in out] == [0, 1, 2]
     with pytest.raises(DataError, match="mixes"):

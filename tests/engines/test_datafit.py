@@ -9,7 +9,8 @@ import pytest
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoProcessor, AutoTokenizer
-from trl import SFTConfig, SFTTrainer
+from trl.trainer.sft_config import SFTConfig
+from trl.trainer.sft_trainer import SFTTrainer
 
 from akka_training.engines.data import sft_examples
 from akka_training.engines.datafit import PaddingMeter, rl_data_fit, sft_data_fit
@@ -111,8 +112,8 @@ def test_padding_meter_reports_each_steps_batches() -> None:
     meter([3, 3])  # step 1, batch 2: 6 of 6
     meter([1, 4])  # step 2 (prefetched): 5 of 8
 
-    assert meter.take(2) == (12, pytest.approx(1 - 12 / 14))
-    assert meter.take(2) == (5, pytest.approx(1 - 5 / 8))
+    assert meter.take(2) == pytest.approx((12, 1 - 12 / 14))
+    assert meter.take(2) == pytest.approx((5, 1 - 5 / 8))
     assert meter.take(1) == (0, None)
 
 

@@ -63,7 +63,10 @@ def register_dataset(
 ) -> dict[str, Any]:
     path = trainer.home / f"{ref.replace('/', '_')}.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in (rows or CHAT_ROWS)))
-    return trainer.cli_json("training", "datasets", "register", ref, "-f", str(path))
+    registered: dict[str, Any] = trainer.cli_json(
+        "training", "datasets", "register", ref, "-f", str(path)
+    )
+    return registered
 
 
 def ensure_project(trainer: TrainerProcess, name: str, quota: int | None = None) -> None:

@@ -74,7 +74,8 @@ def grpo_run(trainer: TrainerProcess) -> dict[str, Any]:
 
 def base_model(dev_models: Path, name: str = "tiny-chat") -> torch.nn.Module:
     loader = AutoModelForImageTextToText if name == "tiny-vision" else AutoModelForCausalLM
-    return loader.from_pretrained(dev_models / name).eval()
+    model: torch.nn.Module = loader.from_pretrained(dev_models / name).eval()
+    return model
 
 
 def logits(model: torch.nn.Module, dev_models: Path) -> torch.Tensor:

@@ -59,5 +59,5 @@ def test_steps_that_failed_to_save_are_sent_again_and_none_is_lost(
     finally:
         db.dispose()
     done = wait_phase(trainer, run, "COMPLETED", "FAILED")
-    assert done.phase == "COMPLETED", done.failure_reason
+    assert done.phase == "COMPLETED", done.failure
     assert steps_of(trainer, run) == list(range(1, 11))

@@ -118,7 +118,7 @@ def test_a_judge_that_always_fails_pauses_the_run_by_the_judge_failures_monitor(
 ) -> None:
     judge = ScriptedServer(lambda path, body: Reply({"error": "down"}, status=500))
     try:
-        terms = [
+        terms: list[dict[str, Any]] = [
             {"name": "correct", "kind": "match", "mode": "final-number"},
             {
                 "name": "judge",

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from akka_training.testing.service import TrainerProcess
 from tests.integration.helpers import (
     ensure_project,
     register_dataset,
@@ -138,7 +139,7 @@ def grpo(**changes: Any) -> dict[str, Any]:
     return plan
 
 
-def refused(trainer: Any, plan: dict[str, Any]) -> str:
+def refused(trainer: TrainerProcess, plan: dict[str, Any]) -> str:
     path = write_plan(trainer, plan, "refused.yaml")
     result = trainer.cli("training", "runs", "start", "-f", str(path), "--dry-run", check=False)
     assert result.returncode == 1, result.stdout
@@ -340,7 +341,7 @@ def test_pipeline_dry_run_resolves_registered_stages_and_omits_stage_outputs(ver
     first = copy.deepcopy(grpo())
     second = copy.deepcopy(grpo())
     second["config"]["dataset"] = "@explore"
-    pipeline = {
+    pipeline: dict[str, Any] = {
         "kind": "pipeline",
         "project": "maths",
         "stages": [

@@ -64,7 +64,8 @@ def expected_figures(path: Path) -> dict[str, Any]:
     """The new figures recomputed here from a stored step file: each term's raw value is what
     the rule says for the stored completion, weighted by the new weights."""
     rollouts = read_step_file(path)
-    new_scores, shares = [], {"format": [], "correct": [], "short": []}
+    new_scores: list[float] = []
+    shares: dict[str, list[float]] = {"format": [], "correct": [], "short": []}
     for r in rollouts:
         fmt = r.values["format"]  # the same term as before: its raw value is unchanged
         correct = r.values["correct"]

@@ -16,7 +16,7 @@ import jwt
 import pytest
 import torch
 from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, BatchEncoding
 
 from akka_training.devmodels.catalog import read_catalog
 from akka_training.rewards.rollouts import read_step_file, write_step_file
@@ -187,6 +187,7 @@ def test_data_fit_equals_an_independent_count(trainer: TrainerProcess, dev_model
         encoded = tokenizer.apply_chat_template(
             row["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True
         )
+        assert isinstance(encoded, BatchEncoding)  # return_dict=True
         ids, mask = encoded["input_ids"], encoded["assistant_masks"]
         truncated += len(ids) > SHORT
         if any(mask[:SHORT]):

@@ -93,11 +93,11 @@ def test_remote_and_correctness_terms_come_from_the_reward() -> None:
     )
     assert remote_terms(reward) == ["j", "h"]
     assert correctness_term(None, reward) == "right"
-    assert correctness_term(Monitors(correctnessTerm="fmt"), reward) == "fmt"
+    assert correctness_term(Monitors(correctness_term="fmt"), reward) == "fmt"
 
 
 def test_length_drift_against_the_first_steps() -> None:
-    watch = HealthWatch("run-1", Monitors(baselineSteps=2))
+    watch = HealthWatch("run-1", Monitors(baseline_steps=2))
     assert watch.observe(1, {"completions/mean_length": 10.0})[0] == {}
     assert watch.observe(2, {"completions/mean_length": 20.0})[0] == {}
     figures, _ = watch.observe(3, {"completions/mean_length": 45.0})
@@ -105,9 +105,9 @@ def test_length_drift_against_the_first_steps() -> None:
 
 
 def test_reward_hacking_gap_is_reward_rise_minus_the_terms() -> None:
-    watch = HealthWatch("run-1", Monitors(baselineSteps=2), correctness="right")
+    watch = HealthWatch("run-1", Monitors(baseline_steps=2), correctness="right")
     steps = [(0.1, 0.1), (0.3, 0.1), (0.9, 0.1), (1.3, 0.2)]
-    out = {}
+    out: dict[str, float] = {}
     for step, (reward, share) in enumerate(steps, 1):
         out, _ = watch.observe(step, {"reward/mean": reward, "terms/right/share_mean": share})
     # Latest two steps against the first two.
@@ -119,7 +119,7 @@ def test_reward_hacking_gap_is_reward_rise_minus_the_terms() -> None:
 
 
 def test_a_monitor_pauses_after_k_consecutive_steps_with_the_reason() -> None:
-    monitors = Monitors(pauseOn=["answer-collapse"], consecutiveSteps=2)
+    monitors = Monitors(pause_on=["answer-collapse"], consecutive_steps=2)
     watch = HealthWatch("run-7", monitors)
     collapsed = {"health/distinct_answers/step": 0.125}
     healthy = {"health/distinct_answers/step": 0.9}
@@ -146,16 +146,16 @@ def test_a_monitor_pauses_after_k_consecutive_steps_with_the_reason() -> None:
 
 
 def test_a_monitor_not_in_pause_on_never_pauses() -> None:
-    watch = HealthWatch("r", Monitors(consecutiveSteps=1))
+    watch = HealthWatch("r", Monitors(consecutive_steps=1))
     for step in range(1, 5):
         assert watch.observe(step, {"groups/frac_zero_std": 1.0})[1] is None
 
 
 def test_thresholds_come_from_the_plan() -> None:
     monitors = Monitors(
-        pauseOn=["judge-failures"],
-        consecutiveSteps=1,
-        thresholds=MonitorThresholds(judgeFailures=0.5),
+        pause_on=["judge-failures"],
+        consecutive_steps=1,
+        thresholds=MonitorThresholds(judge_failures=0.5),
     )
     watch = HealthWatch("r", monitors)
     assert watch.observe(1, {"health/judge_failures": 0.4})[1] is None

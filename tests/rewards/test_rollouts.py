@@ -20,6 +20,7 @@ from akka_training.rewards.rollouts import (
     write_step_file,
 )
 from akka_training.rewards.scorer import RewardScorer
+from akka_training.rewards.terms import TermSpec
 
 from .servers import rollout
 
@@ -150,7 +151,7 @@ def test_step_summary_counts_and_bounds_the_scores() -> None:
 
 
 def test_records_from_a_scored_batch_carry_inputs_and_scores() -> None:
-    terms = [
+    terms: list[TermSpec] = [
         MatchTerm(name="correct", kind="match", mode="final-number"),
         RegexTerm(name="format", kind="regex", pattern=r"#### \d+$", weight=0.2),
     ]
@@ -162,7 +163,7 @@ def test_records_from_a_scored_batch_carry_inputs_and_scores() -> None:
         scored = scorer.score(batch)
         records = rollouts_from_scores(3, batch, scored, scorer.weights)
     first, second = records
-    assert (first.step, first.index, first.score) == (3, 0, pytest.approx(1.2))
+    assert (first.step, first.index, first.score) == pytest.approx((3, 0, 1.2))
     assert (first.tool_calls, first.tool_failures) == (2, 1)
     assert first.weights == {"correct": 1.0, "format": 0.2}
     assert (second.index, second.finish_reason, second.completion_tokens) == (1, "length", 64)

@@ -16,6 +16,7 @@ from akka_training.core.plans import HttpTerm, JudgeTerm, MatchTerm, RegexTerm, 
 from akka_training.rewards.bundles import pack_bundle, unpack_bundle
 from akka_training.rewards.inputs import RewardSetupError
 from akka_training.rewards.scorer import RewardScorer
+from akka_training.rewards.terms import TermSpec
 from akka_training.rewards.terms.regex import RegexGrader
 
 from .servers import Reply, ScriptedServer, rollout
@@ -36,7 +37,7 @@ def test_shares_sum_to_the_score_and_every_term_is_accounted(serve: Serve) -> No
             }
         )
     )
-    terms = [
+    terms: list[TermSpec] = [
         MatchTerm(name="correct", kind="match", mode="final-number", weight=1.0),
         RegexTerm(name="format", kind="regex", pattern=r"#### \d+$", weight=0.2),
         JudgeTerm(
@@ -90,7 +91,10 @@ def test_the_batch_time_limit_ends_what_is_still_running(serve: Serve) -> None:
     # The server would answer after a minute, within the term's own limit: the batch's ends
     # the calls first.
     server = serve(lambda path, body: Reply({"score": 1.0}, delay=60.0))
-    terms = [http_term(server.url, timeout=90.0), RegexTerm(name="f", kind="regex", pattern="4")]
+    terms: list[TermSpec] = [
+        http_term(server.url, timeout=90.0),
+        RegexTerm(name="f", kind="regex", pattern="4"),
+    ]
     with RewardScorer(terms, batch_timeout_seconds=0.5) as scorer:
         batch = scorer.score([rollout(), rollout()])
     assert [r.failures for r in batch.rollouts] == [{"eval": "timeout"}] * 2
@@ -130,7 +134,7 @@ def test_a_grader_that_breaks_fails_its_term_only(monkeypatch: pytest.MonkeyPatc
         raise RuntimeError("boom")
 
     monkeypatch.setattr(RegexGrader, "evaluate", broken)
-    terms = [
+    terms: list[TermSpec] = [
         RegexTerm(name="f", kind="regex", pattern="x"),
         MatchTerm(name="m", kind="match", mode="contains"),
     ]
@@ -168,6 +172,9 @@ def test_the_scorer_is_built_from_the_plan_reward() -> None:
 
 
 def test_duplicate_term_names_are_refused() -> None:
-    terms = [MatchTerm(name="m", kind="match"), RegexTerm(name="m", kind="regex", pattern="x")]
+    terms: list[TermSpec] = [
+        MatchTerm(name="m", kind="match"),
+        RegexTerm(name="m", kind="regex", pattern="x"),
+    ]
     with pytest.raises(RewardSetupError, match="'m' appear more than once"):
         RewardScorer(terms)

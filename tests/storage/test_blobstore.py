@@ -68,7 +68,7 @@ def test_a_large_blob_is_handed_to_the_disk_as_it_is_written(
         if advice == "refused":
             raise OSError(errno.EINVAL, "no advice here")
 
-    monkeypatch.setattr(local.os, "posix_fadvise", fadvise, raising=False)
+    monkeypatch.setattr(f"{local.__name__}.os.posix_fadvise", fadvise, raising=False)
     store = open_blob_store(str(tmp_path / "b"))
     chunks = [bytes([i]) * 300 for i in range(20)]
     with store.writer("datasets/big.jsonl") as writer:

@@ -27,7 +27,7 @@ def store_of(bucket: Bucket, **options: object) -> S3BlobStore:
         region=REGION,
         path_style=True,
         part_size_mib=5,
-        **options,  # type: ignore[arg-type]
+        **options,
     )
     store = open_blob_store(
         bucket.url, s3, {"access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY}

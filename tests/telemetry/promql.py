@@ -112,7 +112,8 @@ def without_first_scrape(series: Series) -> Series:
     out: Series = {}
     for key, values in series.items():
         first_rise = next((i for i, v in enumerate(values) if v is not None and v > 0), len(values))
-        out[key] = [None] * first_rise + values[first_rise:]
+        missing: list[float | None] = [None] * first_rise
+        out[key] = missing + values[first_rise:]
     return out
 
 

@@ -4,11 +4,12 @@ import inspect
 import logging
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pynvml
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from akka_training.core.clock import SYSTEM_CLOCK, Clock, ManualClock
 from akka_training.core.reports import Gpu
@@ -44,9 +45,12 @@ def _close(health: GpuHealth, clock: ManualClock) -> None:
     """Close `health`, moving the clock on until its thread's last wait for NVML ends."""
     closing = threading.Thread(target=health.close)
     closing.start()
-    until(
-        lambda: clock.advance(1) or not closing.is_alive(), what="the sampler to stop", timeout=30
-    )
+
+    def stopped() -> bool:
+        clock.advance(1)
+        return not closing.is_alive()
+
+    until(stopped, what="the sampler to stop", timeout=30)
 
 
 @pytest.fixture
@@ -57,14 +61,16 @@ def memory() -> Iterator[tuple[MeterProvider, InMemoryMetricReader]]:
     provider.shutdown()
 
 
-def _points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict, float]]:
+def _points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict[str, Any], float]]:
     data = reader.get_metrics_data()
-    found = []
+    found: list[tuple[dict[str, Any], float]] = []
     for rm in data.resource_metrics if data else []:
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
                 if metric.name == name:
-                    found += [(dict(p.attributes), p.value) for p in metric.data.data_points]
+                    for p in metric.data.data_points:
+                        assert isinstance(p, NumberDataPoint)  # a gauge's
+                        found.append((dict(p.attributes or {}), p.value))
     return found
 
 
@@ -89,17 +95,22 @@ def test_health_of_each_gpu_reaches_the_collector_with_its_uuid(
 
     power = receiver.wait_for_metric(P + "gpu.power")
     assert power.unit == "W"
-    assert power.point({c.GPU_UUID: A}).value == 412.5
-    assert power.point({c.GPU_UUID: B}).attributes == {c.GPU_UUID: B, c.GPU_INDEX: 1}
-    assert receiver.wait_for_metric(P + "gpu.temperature").point({c.GPU_UUID: A}).value == 55
+    assert power.require_point({c.GPU_UUID: A}).value == 412.5
+    assert power.require_point({c.GPU_UUID: B}).attributes == {c.GPU_UUID: B, c.GPU_INDEX: 1}
+    assert (
+        receiver.wait_for_metric(P + "gpu.temperature").require_point({c.GPU_UUID: A}).value == 55
+    )
     utilisation = receiver.wait_for_metric(P + "gpu.utilization.ratio")
     assert utilisation.unit == "1"
-    assert utilisation.point({c.GPU_UUID: A}).value == 0.97  # NVML says 97 (%)
+    assert utilisation.require_point({c.GPU_UUID: A}).value == 0.97  # NVML says 97 (%)
     assert (
-        receiver.wait_for_metric(P + "gpu.memory.used").point({c.GPU_UUID: B}).value == 60 * 2**30
+        receiver.wait_for_metric(P + "gpu.memory.used").require_point({c.GPU_UUID: B}).value
+        == 60 * 2**30
     )
     # NVML answers MHz; the series is in hertz.
-    assert receiver.wait_for_metric(P + "gpu.clock.sm").point({c.GPU_UUID: A}).value == 1980e6
+    assert (
+        receiver.wait_for_metric(P + "gpu.clock.sm").require_point({c.GPU_UUID: A}).value == 1980e6
+    )
     assert receiver.wait_for_metric(P + "gpu.clock.memory").unit == "Hz"
 
     throttle = receiver.wait_for_metric(P + "gpu.throttle")
@@ -109,11 +120,11 @@ def test_health_of_each_gpu_reaches_the_collector_with_its_uuid(
         if p.attributes[c.GPU_UUID] == A and p.value == 1
     }
     assert active == {"sw-power-cap", "hw-thermal-slowdown"}
-    idle = throttle.point({c.GPU_UUID: B, c.GPU_THROTTLE_REASON: "gpu-idle"})
+    idle = throttle.require_point({c.GPU_UUID: B, c.GPU_THROTTLE_REASON: "gpu-idle"})
     assert idle.value == 0
     ecc = receiver.wait_for_metric(P + "gpu.ecc.errors")
     assert ecc.monotonic is True
-    assert ecc.point({c.GPU_UUID: A, c.GPU_ECC_TYPE: "corrected"}).value == 3
+    assert ecc.require_point({c.GPU_UUID: A, c.GPU_ECC_TYPE: "corrected"}).value == 3
     assert ecc.point({c.GPU_UUID: B}) is None  # B does not report ECC
     job.shutdown()
     assert nvml.shutdown_calls == nvml.init_calls == 1

@@ -3,6 +3,7 @@ from __future__ import annotations
 import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import jwt
@@ -16,7 +17,7 @@ START = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
 END = datetime(2026, 12, 1, 10, 30, 0, tzinfo=UTC)
 
 
-def _verify(token: str, jwks: dict) -> dict:
+def _verify(token: str, jwks: dict[str, Any]) -> dict[str, Any]:
     """Verify a link's token the way Grafana does: the key named by kid in the JWKS."""
     keys = jwt.PyJWKSet.from_dict(jwks)
     kid = jwt.get_unverified_header(token)["kid"]

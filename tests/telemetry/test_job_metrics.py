@@ -73,18 +73,18 @@ def test_step_figures_become_catalog_instruments(job: JobTelemetry, receiver: Ot
     mean = receiver.wait_for_metric(P + "rl.reward.mean")
     assert (mean.kind, mean.unit, mean.points[0].value) == ("gauge", "{reward}", 0.75)
     shares = receiver.wait_for_metric(P + "rl.term.share.mean")
-    assert shares.point({c.REWARD_TERM: "format"}).value == 0.125
-    assert shares.point({c.REWARD_TERM: "correct"}).value == 0.5
+    assert shares.require_point({c.REWARD_TERM: "format"}).value == 0.125
+    assert shares.require_point({c.REWARD_TERM: "correct"}).value == 0.5
     memory = receiver.wait_for_metric(P + "memory.peak")
     assert memory.unit == "By"
-    assert memory.point({c.MEMORY_PART: "generation"}).value == 1.5e9
+    assert memory.require_point({c.MEMORY_PART: "generation"}).value == 1.5e9
     assert receiver.wait_for_metric(P + "step.mfu.ratio").points[0].value == 0.31
     assert receiver.wait_for_metric(P + "rl.policy.loss").points[0].value == -0.02
     assert receiver.wait_for_metric(P + "rl.reward.zero_std.ratio").points[0].value == 0.25
 
     timing = receiver.wait_for_metric(P + "rl.step.timing")
     assert (timing.kind, timing.unit) == ("histogram", "s")
-    generation = timing.point({c.STEP_PHASE: "generation"})
+    generation = timing.require_point({c.STEP_PHASE: "generation"})
     assert (generation.count, generation.sum) == (2, 5.0)
     assert generation.explicit_bounds == c.STEP_TIMING_BOUNDARIES
     assert {p.attributes[c.STEP_PHASE] for p in timing.points} == {"generation", "reward", "update"}
@@ -96,17 +96,18 @@ def test_a_job_that_starts_training_publishes_its_step_counter_at_zero(
 ) -> None:
     assert job.flush()
     phases = receiver.wait_for_metric(P + "job.phase")
-    assert phases.point({c.RUN_PHASE: "PREPARING"}).value == 1
+    assert phases.require_point({c.RUN_PHASE: "PREPARING"}).value == 1
     assert receiver.latest(P + "sft.step.count") is None
 
     job.training("sft")
     assert job.flush()
     assert receiver.wait_for_metric(P + "sft.step.count").points[0].value == 0
     phases = receiver.wait_for_metric(
-        P + "job.phase", lambda r: r.point({c.RUN_PHASE: "TRAINING"}).value == 1
+        P + "job.phase", lambda r: r.require_point({c.RUN_PHASE: "TRAINING"}).value == 1
     )
-    assert phases.point({c.RUN_PHASE: "PREPARING"}).value == 0
-    assert receiver.wait_for_metric(P + "job.heartbeat.timestamp").points[0].value > 1.7e9
+    assert phases.require_point({c.RUN_PHASE: "PREPARING"}).value == 0
+    heartbeat = receiver.wait_for_metric(P + "job.heartbeat.timestamp").points[0].value
+    assert heartbeat is not None and heartbeat > 1.7e9
 
 
 def test_rollout_histograms_carry_their_explicit_boundaries(
@@ -136,7 +137,7 @@ def test_rollout_histograms_carry_their_explicit_boundaries(
     assert length.count == 4  # the NaN is not recorded
     assert length.bucket_counts[c.COMPLETION_LENGTH_BOUNDARIES.index(4.0)] == 1
     share = receiver.wait_for_metric(P + "rl.rollout.term.share")
-    assert share.point({c.REWARD_TERM: "correct"}).count == 2
+    assert share.require_point({c.REWARD_TERM: "correct"}).count == 2
 
 
 def test_reward_stats_time_count_failures_by_cause_and_judge_tokens(
@@ -154,20 +155,25 @@ def test_reward_stats_time_count_failures_by_cause_and_judge_tokens(
     assert job.flush()
 
     timing = receiver.wait_for_metric(P + "reward.term.timing")
-    assert timing.point({c.REWARD_TERM: "judge"}).count == 2
-    assert timing.point({c.REWARD_TERM: "judge"}).explicit_bounds == c.TERM_TIMING_BOUNDARIES
+    assert timing.require_point({c.REWARD_TERM: "judge"}).count == 2
+    assert (
+        timing.require_point({c.REWARD_TERM: "judge"}).explicit_bounds == c.TERM_TIMING_BOUNDARIES
+    )
     failures = receiver.wait_for_metric(P + "reward.term.failures")
     assert failures.monotonic is True
-    assert failures.point({c.REWARD_TERM: "judge", c.REWARD_FAILURE_CAUSE: "timeout"}).value == 2
-    assert failures.point({c.REWARD_FAILURE_CAUSE: "no-verdict"}).value == 1
+    assert (
+        failures.require_point({c.REWARD_TERM: "judge", c.REWARD_FAILURE_CAUSE: "timeout"}).value
+        == 2
+    )
+    assert failures.require_point({c.REWARD_FAILURE_CAUSE: "no-verdict"}).value == 1
     assert failures.point({c.REWARD_TERM: "format"}) is None
     tokens = receiver.wait_for_metric(P + "reward.judge.tokens")
-    assert tokens.point({"gen_ai.token.type": "input"}).value == 900
-    assert tokens.point({"gen_ai.token.type": "output"}).value == 40
+    assert tokens.require_point({"gen_ai.token.type": "input"}).value == 900
+    assert tokens.require_point({"gen_ai.token.type": "output"}).value == 40
     assert tokens.point({c.REWARD_TERM: "format"}) is None
     retries = receiver.wait_for_metric(P + "reward.term.retries")
     assert retries.monotonic is True
-    assert retries.point({c.REWARD_TERM: "judge"}).value == 3
+    assert retries.require_point({c.REWARD_TERM: "judge"}).value == 3
     assert retries.point({c.REWARD_TERM: "format"}) is None
 
 
@@ -265,9 +271,9 @@ def test_the_phase_follows_a_pause_and_every_phase_is_0_in_the_last_export(
     telemetry.directive("save-and-stop")
     assert telemetry.flush()
     phases = receiver.wait_for_metric(
-        P + "job.phase", lambda r: r.point({c.RUN_PHASE: "PAUSING"}).value == 1
+        P + "job.phase", lambda r: r.require_point({c.RUN_PHASE: "PAUSING"}).value == 1
     )
-    assert phases.point({c.RUN_PHASE: "TRAINING"}).value == 0
+    assert phases.require_point({c.RUN_PHASE: "TRAINING"}).value == 0
     with pytest.raises(ValueError, match="a job is never in COMPLETED"):
         telemetry.phase("COMPLETED")
 

@@ -46,12 +46,15 @@ def test_capacity_gauges_reach_the_collector_with_their_units_and_attributes(
     declared = receiver.wait_for_metric(P + "pool.devices.declared")
     assert (declared.kind, declared.unit) == ("gauge", "{device}")
     assert declared.resource["service.name"] == "akka-training"
-    assert declared.point({c.POOL_NAME: "training", c.POOL_ACCELERATOR: "nvidia-h200"}).value == 8
+    assert (
+        declared.require_point({c.POOL_NAME: "training", c.POOL_ACCELERATOR: "nvidia-h200"}).value
+        == 8
+    )
     observed = receiver.wait_for_metric(P + "pool.devices.observed")
     # A pool the backend has not reported yet has no observed value rather than a false 0.
     assert [p.attributes[c.POOL_NAME] for p in observed.points] == ["training"]
     claims = receiver.wait_for_metric(P + "pool.claims")
-    assert claims.point({c.CLAIM_STATE: "queued"}).attributes == {
+    assert claims.require_point({c.CLAIM_STATE: "queued"}).attributes == {
         c.POOL_NAME: "training",
         c.POOL_ACCELERATOR: "nvidia-h200",
         c.CLAIM_STATE: "queued",
@@ -67,15 +70,15 @@ def test_capacity_gauges_reach_the_collector_with_their_units_and_attributes(
     quota = receiver.wait_for_metric(P + "project.devices.quota")
     assert [p.attributes[c.PROJECT] for p in quota.points] == ["maths"]  # vision has no quota
     runs = receiver.wait_for_metric(P + "runs")
-    assert runs.point({c.RUN_PHASE: "TRAINING"}).value == 2
-    assert runs.point({c.RUN_PHASE: "PAUSED"}).value == 0  # every phase, 0 where empty
+    assert runs.require_point({c.RUN_PHASE: "TRAINING"}).value == 2
+    assert runs.require_point({c.RUN_PHASE: "PAUSED"}).value == 0  # every phase, 0 where empty
     evaluations = receiver.wait_for_metric(P + "evaluations")
     assert evaluations.unit == "{evaluation}"
-    assert evaluations.point({c.EVALUATION_STATE: "SUCCEEDED"}).value == 3
-    assert evaluations.point({c.EVALUATION_STATE: "RUNNING"}).value == 0
+    assert evaluations.require_point({c.EVALUATION_STATE: "SUCCEEDED"}).value == 3
+    assert evaluations.require_point({c.EVALUATION_STATE: "RUNNING"}).value == 0
     failures = receiver.wait_for_metric(P + "run.failures")
     assert (failures.kind, failures.monotonic) == ("sum", True)
-    assert failures.point({c.FAILURE_REASON: "device-oom"}).value == 2
+    assert failures.require_point({c.FAILURE_REASON: "device-oom"}).value == 2
 
 
 def test_prometheus_text_for_metrics_endpoint() -> None:

@@ -74,6 +74,17 @@ class MetricRecord:
                 return p
         return None
 
+    def require_point(self, attributes: Mapping[str, Any] | None = None) -> DataPoint:
+        """The first data point whose attributes include all of `attributes`; AssertionError
+        naming the metric and the points it has when none does."""
+        found = self.point(attributes)
+        if found is None:
+            held = [p.attributes for p in self.points]
+            raise AssertionError(
+                f"{self.name} has no data point with {dict(attributes or {})}; it has {held}"
+            )
+        return found
+
 
 @dataclass(frozen=True)
 class SpanRecord:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
 
@@ -26,7 +26,7 @@ DEFAULT_INTERVAL = 0.05
 
 
 def until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | Literal[False] | None],
     *,
     what: str,
     timeout: float = DEFAULT_TIMEOUT,

@@ -4,6 +4,7 @@ runtime environment."""
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 import pytest
 
@@ -66,7 +67,10 @@ def test_a_spec_that_does_not_fit_in_the_environment_is_refused() -> None:
 
 
 def test_the_job_env_goes_over_the_deployment_runtime_env() -> None:
-    base = {"env_vars": {"HF_HOME": "/cache", "AKKA_JOB_TOKEN": "old"}, "image_uri": "img:1"}
+    base: dict[str, Any] = {
+        "env_vars": {"HF_HOME": "/cache", "AKKA_JOB_TOKEN": "old"},
+        "image_uri": "img:1",
+    }
     env = runtime_env(base, {"AKKA_JOB_TOKEN": "t"}, "SPEC", cpu_only=False)
     assert env == {
         "env_vars": {"HF_HOME": "/cache", "AKKA_JOB_TOKEN": "t", SPEC_ENV: "SPEC"},

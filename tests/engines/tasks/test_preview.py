@@ -96,7 +96,7 @@ def test_the_estimate_counts_the_dev_model_from_its_files_and_says_what_it_rests
 ) -> None:
     model = catalog["tiny-chat"]
     dataset = put_dataset(store, "sums", ROWS)
-    rl = {"promptsPerStep": 2, "generationsPerPrompt": 4, "maxCompletionTokens": 8}
+    rl: dict[str, Any] = {"promptsPerStep": 2, "generationsPerPrompt": 4, "maxCompletionTokens": 8}
     rl["lora"] = {"rank": 4}
     spec = make_spec(
         model=model,
@@ -111,6 +111,7 @@ def test_the_estimate_counts_the_dev_model_from_its_files_and_says_what_it_rests
         trainer_url=report_server.url,
         store=store,
     )
+    assert spec.settings.config.reward is not None
     params = PreviewParams(
         reward=spec.settings.config.reward,
         dataset=dataset.blob,

@@ -165,6 +165,7 @@ def test_prompts_that_leave_no_room_for_a_completion_are_dropped_and_counted(
     assert (fit["rows"], fit["rowsDropped"], fit["promptsTruncated"]) == (12, too_long, too_long)
     # No rollout of the step came from a dropped prompt.
     for rollout in read_step_file(store.get_bytes("runs/run-1/rollouts/step-1.parquet")):
+        assert isinstance(rollout.prompt, list)
         text = tokenizer.apply_chat_template(
             rollout.prompt, tokenize=False, add_generation_prompt=True
         )

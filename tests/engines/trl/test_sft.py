@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from akka_training.core.resolved import ResumePoint, SourcePin
 from akka_training.engines.job import open_reporter, run_job
+from akka_training.engines.snapshots import upload_snapshot
 from akka_training.engines.trl import steps as steps_module
 from tests.engines.conftest import ReportServer
 from tests.engines.jobs import TOKEN, make_spec, put_dataset, run_in_process
@@ -21,7 +22,7 @@ from tests.engines.rows import chat_rows, image_rows, long_chat_rows
 # Every test here trains a real job.
 pytestmark = pytest.mark.slow
 
-SFT = {
+SFT: dict[str, Any] = {
     "method": "sft",
     "maxSeqLength": 64,
     "hyperparams": {
@@ -157,7 +158,7 @@ def test_a_pause_that_comes_during_a_periodic_save_stops_at_that_step_and_report
     spec = _short_steps(catalog, report_server, store, steps=8, save_every=2)
     spec.telemetry.report_seconds = 0
     reporter = open_reporter(spec, TOKEN)
-    upload = steps_module.upload_snapshot
+    upload = upload_snapshot
 
     def upload_then_pause(*args: Any) -> Any:
         report = upload(*args)

@@ -44,7 +44,7 @@ def test_the_job_spans_a_run_sends_are_the_catalog_s(
     catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
 ) -> None:
     with OtlpReceiver() as receiver:
-        for name, config, extra in (
+        runs: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
             (
                 "sft",
                 SFT,
@@ -54,7 +54,8 @@ def test_the_job_spans_a_run_sends_are_the_catalog_s(
                 },
             ),
             ("grpo", GRPO, {}),
-        ):
+        ]
+        for name, config, extra in runs:
             spec = make_spec(
                 model=catalog["tiny-chat"],
                 dataset=put_dataset(store, f"maths-{name}", chat_rows(8)),

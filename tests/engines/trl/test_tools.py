@@ -75,7 +75,7 @@ def test_tools_are_named_timed_and_counted(bundle_dir: Path, tmp_path: Path) -> 
     tools = load_tools(
         [
             Tool(name="plus", bundle="b", function="tools:add"),
-            Tool(name="wait", bundle="b", function="tools:hold", timeoutSeconds=0.2),
+            Tool(name="wait", bundle="b", function="tools:hold", timeout_seconds=0.2),
             Tool(name="broken", bundle="b", function="tools:broken"),
         ],
         lambda ref: bundle_dir,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -16,7 +17,7 @@ from akka_training.engines.verl.data import (
 )
 from tests.engines.verl.conftest import VerlEnv
 
-ROWS = [
+ROWS: list[dict[str, Any]] = [
     {
         "messages": [
             {"role": "system", "content": "Answer with #### and a number."},
@@ -96,7 +97,9 @@ def test_last_assistant_message_is_the_answer() -> None:
         ),
     ],
 )
-def test_rows_without_a_prompt_are_refused(tmp_path: Path, row: dict, message: str) -> None:
+def test_rows_without_a_prompt_are_refused(
+    tmp_path: Path, row: dict[str, Any], message: str
+) -> None:
     with pytest.raises(DatasetRowError, match=message):
         write_verl_dataset([row], tmp_path / "t.parquet", data_source="d", split="train")
     assert not (tmp_path / "t.parquet").exists()

@@ -12,13 +12,18 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import (
+    DataPointT,
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    NumberDataPoint,
+)
 
 from akka_training.blobstore.local import LocalBlobStore
 from akka_training.core.clock import ManualClock
@@ -39,6 +44,9 @@ from tests.engines.verl.conftest import FIXTURES, make_spec
 from tests.engines.verl.test_snapshots import CountingStore
 from tests.server.routers.helpers import chat_rows, register, sft_plan
 
+# Runs the fake verl job under the engine: its exit code and the store it wrote to.
+Job = Callable[..., tuple[int, CountingStore]]
+
 RUN_DIR = Path("jobs") / "run-1" / "verl"
 
 
@@ -49,10 +57,17 @@ def service() -> Iterator[RecordingService]:
     s.close()
 
 
+def _histogram(points: Sequence[DataPointT]) -> list[HistogramDataPoint]:
+    """A histogram's data points, as the SDK's reader holds them."""
+    found = []
+    for point in points:
+        assert isinstance(point, HistogramDataPoint), point
+        found.append(point)
+    return found
+
+
 @pytest.fixture
-def job(
-    tmp_path: Path, service: RecordingService, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., tuple[int, LocalBlobStore]]:
+def job(tmp_path: Path, service: RecordingService, monkeypatch: pytest.MonkeyPatch) -> Job:
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {FIXTURES / "fake_verl.py"} "$@"\n')
     python.chmod(0o755)
@@ -78,7 +93,7 @@ def job(
         extra: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         **spec_kwargs: Any,
-    ) -> tuple[int, LocalBlobStore]:
+    ) -> tuple[int, CountingStore]:
         monkeypatch.setenv("FAKE_VERL_MODE", mode)
         monkeypatch.setenv("FAKE_VERL_STEP_SECONDS", step_seconds)
         for name, value in (env or {}).items():
@@ -109,7 +124,7 @@ def job(
 
 @pytest.mark.slow
 def test_a_run_reports_steps_rollouts_snapshots_and_its_adapter(
-    job: Callable, service: RecordingService
+    job: Job, service: RecordingService
 ) -> None:
     code, blobs = job(rl={"training": {"maxSteps": 4}})
     assert code == 0
@@ -163,7 +178,7 @@ def test_a_run_reports_steps_rollouts_snapshots_and_its_adapter(
 
 @pytest.mark.slow
 def test_health_figures_come_from_the_workers_rollouts_and_a_pause_on_monitor_pauses_the_run(
-    job: Callable, service: RecordingService, in_process_factory: Callable[..., InProcessTrainer]
+    job: Job, service: RecordingService, in_process_factory: Callable[..., InProcessTrainer]
 ) -> None:
     # The fixtures' steps end in 4 distinct final answers of 8 (0.5): at the threshold.
     monitors = {
@@ -241,7 +256,7 @@ def fixture_dump(step: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_stop_ends_verl_and_reports_stopped(job: Callable, service: RecordingService) -> None:
+def test_stop_ends_verl_and_reports_stopped(job: Job, service: RecordingService) -> None:
     service.decide = lambda kind, body: (
         "stop" if kind == "steps" and body["step"] >= 2 else "continue"
     )
@@ -255,7 +270,7 @@ def test_stop_ends_verl_and_reports_stopped(job: Callable, service: RecordingSer
 
 
 @pytest.mark.slow
-def test_save_and_stop_saves_at_the_next_step(job: Callable, service: RecordingService) -> None:
+def test_save_and_stop_saves_at_the_next_step(job: Job, service: RecordingService) -> None:
     service.decide = lambda kind, body: "save-and-stop" if kind == "steps" else "continue"
     code, blobs = job(step_seconds="0.3", save_every=100, rl={"training": {"maxSteps": 40}})
     assert code == 0
@@ -274,7 +289,7 @@ def test_save_and_stop_saves_at_the_next_step(job: Callable, service: RecordingS
     ],
 )
 def test_verl_failure_is_reported_with_its_reason(
-    job: Callable, service: RecordingService, mode: str, code: str, fragment: str
+    job: Job, service: RecordingService, mode: str, code: str, fragment: str
 ) -> None:
     exit_code, _ = job(mode=mode, rl={"training": {"maxSteps": 4}})
     assert exit_code == 1
@@ -284,7 +299,7 @@ def test_verl_failure_is_reported_with_its_reason(
 
 
 def test_resume_on_another_gpu_count_fails_before_verl_starts(
-    job: Callable, service: RecordingService, tmp_path: Path
+    job: Job, service: RecordingService, tmp_path: Path
 ) -> None:
     blobs = LocalBlobStore(tmp_path / "blobs")
     checkpoint = tmp_path / "elsewhere" / "global_step_2"
@@ -300,7 +315,7 @@ def test_resume_on_another_gpu_count_fails_before_verl_starts(
 
 
 def test_plan_outside_verl_rules_fails_with_every_problem(
-    job: Callable, service: RecordingService
+    job: Job, service: RecordingService
 ) -> None:
     code, _ = job(rl={"generationsPerPrompt": 1, "lora": {"rank": 1024}})
     assert code == 1
@@ -326,7 +341,7 @@ def test_missing_verl_environment(service: RecordingService, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
+def test_steps_reach_the_job_telemetry(job: Job, tmp_path: Path) -> None:
     reader = InMemoryMetricReader()
     made: list[JobTelemetry] = []
 
@@ -345,22 +360,25 @@ def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
     code, _ = job(telemetry=telemetry, rl={"training": {"maxSteps": 3}})
     made[0].shutdown()
     assert code == 0
+    data = reader.get_metrics_data()
+    assert data is not None
     points = {
         m.name: m.data.data_points
-        for rm in reader.get_metrics_data().resource_metrics
+        for rm in data.resource_metrics
         for sm in rm.scope_metrics
         for m in sm.metrics
     }
-    assert points["akka.optimize.training.rl.step.count"][0].value == 3
+    step_count = points["akka.optimize.training.rl.step.count"][0]
+    assert isinstance(step_count, NumberDataPoint) and step_count.value == 3
     timing = {
-        p.attributes["akka.optimize.training.reward.term"]: p.count
-        for p in points["akka.optimize.training.reward.term.timing"]
+        (p.attributes or {})["akka.optimize.training.reward.term"]: p.count
+        for p in _histogram(points["akka.optimize.training.reward.term.timing"])
     }
     assert timing == {"correct": 24, "format": 24}  # 3 steps x 8 rollouts, each term
-    assert points["akka.optimize.training.rl.rollout.reward"][0].count == 24
+    assert _histogram(points["akka.optimize.training.rl.rollout.reward"])[0].count == 24
     phases = {
-        p.attributes["akka.optimize.training.step.phase"]
-        for p in points["akka.optimize.training.rl.step.timing"]
+        (p.attributes or {})["akka.optimize.training.step.phase"]
+        for p in _histogram(points["akka.optimize.training.rl.step.timing"])
     }
     assert phases == {"generation", "reward", "update"}
     lines = (tmp_path / "artifacts" / "metrics.jsonl").read_text().splitlines()
@@ -368,7 +386,7 @@ def test_steps_reach_the_job_telemetry(job: Callable, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Callable, tmp_path: Path) -> None:
+def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Job, tmp_path: Path) -> None:
     clock = ManualClock()
     made: list[StallWatchdog] = []
 
@@ -394,7 +412,7 @@ def test_verl_steps_keep_the_job_stall_watchdog_quiet(job: Callable, tmp_path: P
 
 @pytest.mark.slow
 def test_snapshots_survive_verl_saving_faster_than_they_export(
-    job: Callable, service: RecordingService, tmp_path: Path
+    job: Job, service: RecordingService, tmp_path: Path
 ) -> None:
     """verl saves every step while each export takes ten steps' time: no checkpoint vanishes
     under its export (verl's rotation is off), every snapshot is complete, and once stored the
@@ -421,7 +439,7 @@ def test_snapshots_survive_verl_saving_faster_than_they_export(
 
 @pytest.mark.slow
 def test_a_stopped_run_keeps_only_its_latest_stored_checkpoint_on_the_node(
-    job: Callable, service: RecordingService, tmp_path: Path
+    job: Job, service: RecordingService, tmp_path: Path
 ) -> None:
     service.decide = lambda kind, body: (
         "stop" if kind == "snapshots" and body["step"] >= 3 else "continue"
@@ -441,7 +459,7 @@ def test_a_stopped_run_keeps_only_its_latest_stored_checkpoint_on_the_node(
 
 @pytest.mark.slow
 def test_verl_rotating_its_own_checkpoints_would_lose_one_mid_export(
-    job: Callable, service: RecordingService
+    job: Job, service: RecordingService
 ) -> None:
     """The stand-in rotates as verl does when max_actor_ckpt_to_keep is set: with it, the
     same run loses checkpoints before their snapshots (or fails mid-export), which is why the
@@ -461,7 +479,7 @@ def test_verl_rotating_its_own_checkpoints_would_lose_one_mid_export(
 
 @pytest.mark.slow
 def test_a_snapshot_holds_lora_weights_only_and_no_merged_model(
-    job: Callable, service: RecordingService, tmp_path: Path
+    job: Job, service: RecordingService, tmp_path: Path
 ) -> None:
     code, blobs = job(save_every=2, rl={"training": {"maxSteps": 2}, "lora": {"alpha": 32}})
     assert code == 0
@@ -486,7 +504,7 @@ def test_a_snapshot_holds_lora_weights_only_and_no_merged_model(
 
 @pytest.mark.slow
 def test_a_resume_on_the_same_node_reuses_the_checkpoint_left_there(
-    job: Callable, service: RecordingService, tmp_path: Path
+    job: Job, service: RecordingService, tmp_path: Path
 ) -> None:
     # attempt 1 stores the snapshot of step 2, then fails in step 3
     code, blobs = job(mode="crash:3", save_every=2, rl={"training": {"maxSteps": 6}})
@@ -504,7 +522,7 @@ def test_a_resume_on_the_same_node_reuses_the_checkpoint_left_there(
 @pytest.mark.slow
 @pytest.mark.parametrize("ending", ["finished", "save-and-stop"])
 def test_verl_descendants_in_other_sessions_are_ended_on_a_normal_exit(
-    job: Callable, service: RecordingService, tmp_path: Path, ending: str
+    job: Job, service: RecordingService, tmp_path: Path, ending: str
 ) -> None:
     """A child verl started in a session of its own (as Ray starts its raylet) outlives verl's
     normal exit; the job ends it, by its pid, whatever way verl ended."""
@@ -525,7 +543,7 @@ def test_verl_descendants_in_other_sessions_are_ended_on_a_normal_exit(
 
 @pytest.mark.slow
 def test_a_resume_at_the_last_step_finishes_with_the_snapshots_adapter(
-    job: Callable, service: RecordingService
+    job: Job, service: RecordingService
 ) -> None:
     """A run paused with a save at its last step has nothing left to train once resumed."""
     code, _ = job(save_every=2, rl={"training": {"maxSteps": 2}})
@@ -615,7 +633,7 @@ def test_a_terminated_job_saves_at_its_step_and_ends_verl_and_its_descendants(
 
 @pytest.mark.slow
 def test_a_continuation_trains_exactly_the_steps_asked_from_its_snapshot(
-    job: Callable, service: RecordingService, tmp_path: Path
+    job: Job, service: RecordingService, tmp_path: Path
 ) -> None:
     code, blobs = job(rl={"training": {"maxSteps": 4}, "optimizer": {"warmupRatio": 0.5}})
     assert code == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from akka_training.engines.verl.metrics import GIB, MetricsTail, read_steps, ste
 from tests.engines.verl.conftest import FIXTURES
 
 
-def fixture_lines() -> list[dict]:
+def fixture_lines() -> list[dict[str, Any]]:
     return [json.loads(line) for line in (FIXTURES / "metrics.jsonl").read_text().splitlines()]
 
 

@@ -4,6 +4,7 @@ validates these overrides in test_verl_config.py)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,7 +192,7 @@ def test_plan_within_verl_rules_has_no_problems() -> None:
         ({"rl": {"lora": {"rank": 1024}}}, "above 512"),
     ],
 )
-def test_plan_outside_verl_rules_is_explained(kwargs: dict, fragment: str) -> None:
+def test_plan_outside_verl_rules_is_explained(kwargs: dict[str, Any], fragment: str) -> None:
     problems = verl_constraints(make_spec(**kwargs))
     assert len(problems) == 1
     assert fragment in problems[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,8 +68,8 @@ TERMS = [
 
 
 def call_as_verl(
-    verl_env: VerlEnv, tmp_path: Path, terms: list[dict], completions: list[str]
-) -> list[dict]:
+    verl_env: VerlEnv, tmp_path: Path, terms: list[dict[str, Any]], completions: list[str]
+) -> list[dict[str, Any]]:
     rows = [
         {
             "messages": [
@@ -99,7 +100,8 @@ def call_as_verl(
         ]
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    scored: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return scored
 
 
 def test_verl_gets_the_score_and_each_term(verl_env: VerlEnv, tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def test_each_dump_row_gets_its_record(tmp_path: Path) -> None:
         assert rollout.score == row["score"]
         assert sum(rollout.shares.values()) == rollout.score
         assert rollout.weights == WEIGHTS
-        assert rollout.prompt[-1]["role"] == "user"
+        assert isinstance(rollout.prompt, list) and rollout.prompt[-1]["role"] == "user"
     first = step.rollouts[0]
     assert first.prompt == [
         {"role": "system", "content": "You are a careful calculator."},
@@ -72,7 +72,8 @@ def test_an_incomplete_dump_waits_unless_verl_has_exited(tmp_path: Path) -> None
     assert joiner.take(2) is None
     path.write_bytes(b"".join(lines[:5]))
     assert joiner.take(2) is None  # 5 of 8 rollouts
-    assert len(joiner.take(2, final=True).rollouts) == 5
+    final = joiner.take(2, final=True)
+    assert final is not None and len(final.rollouts) == 5
     assert joiner.take(7, final=True) is None  # no dump at all
 
 
@@ -82,7 +83,8 @@ def test_rollouts_without_record_keep_verl_score(tmp_path: Path) -> None:
     assert step is not None and step.unmatched == 8 and step.reward_seconds is None
     assert step.rollouts[0].explanations == {"record": MISSING_RECORD}
     assert step.rollouts[0].score == 1.2
-    assert step.rollouts[0].prompt.startswith("system\nYou are a careful calculator.")
+    prompt = step.rollouts[0].prompt
+    assert isinstance(prompt, str) and prompt.startswith("system\nYou are a careful calculator.")
 
 
 def test_padding_rows_are_left_out(tmp_path: Path) -> None:
@@ -92,7 +94,8 @@ def test_padding_rows_are_left_out(tmp_path: Path) -> None:
     ]
     rows.append(rows[0] | {"uid": "pad0123_0_0"})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert len(read_dump(path)) == 8
+    dump = read_dump(path)
+    assert dump is not None and len(dump) == 8
 
 
 def test_records_are_read_incrementally_across_processes(tmp_path: Path) -> None:

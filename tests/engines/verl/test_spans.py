@@ -31,6 +31,7 @@ def test_a_verl_step_is_a_span_with_generation_and_update_under_it() -> None:
     parent = spans[P + "job.step"]
     assert parent.attributes == {c.STEP: 1}
     assert parent.parent is not None and parent.parent.span_id == spans[P + "job"].context.span_id
+    assert parent.end_time is not None and parent.start_time is not None
     assert (parent.end_time - parent.start_time) / 1e9 == pytest.approx(
         figures["timing/step"], abs=1e-3
     )
@@ -39,6 +40,7 @@ def test_a_verl_step_is_a_span_with_generation_and_update_under_it() -> None:
         assert child.parent is not None and child.parent.span_id == parent.context.span_id
     assert generation.start_time == parent.start_time
     assert update.end_time == parent.end_time
+    assert update.end_time is not None and update.start_time is not None
     assert (update.end_time - update.start_time) / 1e9 == pytest.approx(
         figures["timing/update"], abs=1e-3
     )

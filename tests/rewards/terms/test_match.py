@@ -198,7 +198,7 @@ def test_math_without_math_verify_in_the_job_environment_fails_with_its_cause(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The interpreter this virtualenv was made from has the standard library only.
-    monkeypatch.setattr(sys, "executable", sys._base_executable)
+    monkeypatch.setattr(sys, "executable", sys._base_executable)  # type: ignore[attr-defined]  # CPython's, not in typeshed
     checker = MathChecker(processes=1, start_timeout_seconds=30.0)
     grader = MatchGrader(MatchTerm(name="m", kind="match", mode="math"), math_checker=checker)
     try:
