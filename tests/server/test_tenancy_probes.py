@@ -190,8 +190,11 @@ def test_a_bundle_of_another_project_answers_as_one_that_is_not_there(world: Wor
 
 
 def test_a_run_of_another_project_answers_as_one_that_is_not_there(world: World) -> None:
+    def under(path: str) -> Callable[[str], str]:
+        return lambda r: f"/v1/runs/{r}{path}"
+
     probes = [
-        Probe(path, "GET", lambda r, p=path: f"/v1/runs/{r}{p}")
+        Probe(path, "GET", under(path))
         for path in (
             "",
             "/snapshots",
@@ -205,9 +208,7 @@ def test_a_run_of_another_project_answers_as_one_that_is_not_there(world: World)
             "/merged",
         )
     ]
-    probes += [
-        Probe(path, "POST", lambda r, p=path: f"/v1/runs/{r}{p}") for path in ("/cancel", "/resume")
-    ]
+    probes += [Probe(path, "POST", under(path)) for path in ("/cancel", "/resume")]
     probes += [
         Probe("pause", "POST", lambda r: f"/v1/runs/{r}/pause", lambda _: {}),
         Probe("branch", "POST", lambda r: f"/v1/runs/{r}/branch", lambda _: {"snapshot": "s"}),
