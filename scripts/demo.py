@@ -219,11 +219,13 @@ def one_answer_share(prompts: Path) -> float:
 
 
 def akka(env: dict[str, str], *args: str) -> None:
-    print(f"\n$ akka {' '.join(shlex.quote(a) for a in args)}", flush=True)
+    show(*args)
     subprocess.run([sys.executable, "-m", "akka_training.cli", *args], env=env, check=True)
 
 
 def akka_json(env: dict[str, str], *args: str) -> Any:
+    """Run a command whose JSON answer the demo reads; it is printed like every other one."""
+    show(*args, "-o", "json")
     out = subprocess.run(
         [sys.executable, "-m", "akka_training.cli", *args, "-o", "json"],
         env=env,
@@ -232,6 +234,11 @@ def akka_json(env: dict[str, str], *args: str) -> Any:
         text=True,
     )
     return json.loads(out.stdout)
+
+
+def show(*args: str) -> None:
+    """Print a command as a user would type it, before it runs."""
+    print(f"\n$ akka {' '.join(shlex.quote(a) for a in args)}", flush=True)
 
 
 def _wait_healthy(url: str, trainer: subprocess.Popen[bytes]) -> None:

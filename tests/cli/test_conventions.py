@@ -48,6 +48,20 @@ def akka(
             "parse string as an integer",
         ),
         (["training", "runs", "wait"], "Error: Missing argument 'RUN'."),
+        (
+            ["training", "runs", "list", "--limit", "-5"],
+            "Error: Invalid value for '--limit': Input should be greater than or equal to 1",
+        ),
+        (
+            ["training", "runs", "regrade", "abcdef", "--reward", "r.yaml", "--steps", "x-y"],
+            "Error: Invalid value for '--steps': give a step or a range of steps (N, A-B, A- or "
+            "-B), not 'x-y'.",
+        ),
+        (
+            ["training", "runs", "get", "ab"],
+            "Error: Invalid value for 'RUN': give the run's id or at least 3 characters of it, "
+            "not 'ab'.",
+        ),
     ],
 )
 def test_a_usage_mistake_prints_the_usage_line_and_one_sentence(
@@ -60,6 +74,14 @@ def test_a_usage_mistake_prints_the_usage_line_and_one_sentence(
     assert lines[-1] == sentence
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+def test_a_usage_line_names_a_required_argument_as_the_help_does() -> None:
+    result = akka("training", "evaluations", "get", "ev")
+    assert result.returncode == 2
+    assert (
+        result.stderr.splitlines()[0] == "Usage: akka training evaluations get [OPTIONS] EVALUATION"
+    )
 
 
 def test_a_usage_mistake_under_json_is_also_an_error_object_on_stdout() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -18,7 +19,9 @@ from akka_training.controller.apply import (
 )
 from akka_training.controller.views import Decision, RunView
 from akka_training.core.failures import FailureReason, failure_text
+from akka_training.core.figures import Figures
 from akka_training.core.phases import Phase, RuleName
+from akka_training.core.run_figures import RunFigures
 from akka_training.core.states import AttemptOutcome, AttemptState, ClaimState, Request
 from akka_training.storage.db import Database
 from akka_training.storage.models import Attempt, Claim, Event, RolloutStep, Run, Step, Token
@@ -182,6 +185,48 @@ def test_a_new_attempt_resumes_from_the_newest_snapshot_and_drops_later_steps(
         ("phase", "QUEUED -> PREPARING (admit)"),
         ("attempt", "attempt 2 created from snapshot step-4"),
     ]
+
+
+def test_steps_dropped_for_a_new_attempt_leave_the_runs_throughput_and_padding_share(
+    database: Database,
+) -> None:
+    # Steps 1-4 kept, 3 and 4 past the snapshot at step 2: a pause at the latest snapshot.
+    figures = RunFigures()
+    with database.session() as session:
+        run = add_run(session, phase=Phase.QUEUED)
+        add_claim(session, run)
+        add_attempt(session, run, 1, AttemptState.EXITED)
+        add_snapshot(session, "r1", 2)
+        for step, tokens, seconds in (
+            (1, 100.0, 1.0),
+            (2, 100.0, 1.0),
+            (3, 900.0, 2.0),
+            (4, 900.0, 2.0),
+        ):
+            metrics = {"tokens": tokens, "timing/step": seconds, "padding_share": 0.5}
+            session.add(Step(run_id="r1", step=step, attempt=1, metrics=metrics))
+            figures = figures.with_step(step, Figures.of(metrics), "sft")
+        run.summary = figures
+        run.observed_step = 4
+    assert figures.tokens_per_second == 2000.0 / 6.0
+
+    apply(database, view_of(database), Decision(rule=RuleName.ADMIT, new_attempt=True), NOW)
+    with database.session() as session:
+        summary = stored(session).summary
+        assert summary.tokens_per_second == 200.0 / 2.0
+        assert summary.padding_share == 0.5
+
+    # The new attempt reports steps 3 and 4 again, once each: the run counts them once.
+    with database.session() as session:
+        run = stored(session)
+        for step in (3, 4):
+            metrics = {"tokens": 300.0, "timing/step": 1.0, "padding_share": 0.25}
+            run.summary = run.summary.with_step(step, Figures.of(metrics), "sft")
+    with database.session() as session:
+        summary = stored(session).summary
+        assert summary.tokens_per_second == 800.0 / 4.0
+        # real tokens 800 of 200 / 0.5 + 600 / 0.75 = 1200 slots
+        assert summary.padding_share == pytest.approx(1 - 800.0 / 1200.0)
 
 
 def test_a_first_attempt_starts_from_nothing(database: Database) -> None:

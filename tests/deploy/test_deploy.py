@@ -34,7 +34,7 @@ def tool(name: str) -> str:
     if not Path(found).exists():
         if name == "promtool":
             pytest.skip(
-                "promtool is not installed: apt-get install prometheus (scripts/setup does it)"
+                "promtool is not installed: apt-get install prometheus (scripts/setup-promtool does it)"
             )
         pytest.fail(f"{name} is not installed (the dev extra, or kubectl on the machine)")
     return found

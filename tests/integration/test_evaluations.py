@@ -243,12 +243,14 @@ def test_a_pipeline_whose_gate_fails_stops_before_its_next_stage(trainer: Traine
     stages = {s["name"]: s for s in pipeline["stages"]}
     assert stages["learn"]["phase"] == "COMPLETED"
     assert stages["check"]["phase"] == "SUCCEEDED" and stages["check"]["run"].startswith("ev")
-    assert stages["more"]["phase"] == "WAITING" and stages["more"]["run"] is None
+    assert stages["more"]["phase"] == "NOT_STARTED" and stages["more"]["run"] is None
     evaluation = trainer.cli_json("training", "evaluations", "get", stages["check"]["run"])
     value = metric(evaluation, "correct")["mean"]
     assert pipeline["failure"] == (
         f"stage check (evaluation {evaluation['id']}): the gate did not pass: metric correct "
-        f"is {value:.4g}, below the minimum 1.5"
+        f"is {value:.4g}, below the minimum 1.5. Resuming the pipeline runs the same evaluation "
+        "of the same adapter (stage learn) and fails again: start a new pipeline with that stage "
+        "changed, or with a lower gate.min"
     )
 
 

@@ -10,6 +10,7 @@ import yaml
 
 from akka_training.core.evaluations import parse_evaluation
 from akka_training.core.parsing import parse_plan
+from akka_training.core.plans import EvaluateStage, PipelinePlan
 from tests.integration.helpers import ensure_project, wait_phase, write_plan
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -69,7 +70,8 @@ def test_the_trl_examples_pass_the_checks(trainer_factory: Any, dev_models: Path
         assert settings["config"]["rlHyperparams"]["lora"]["rank"] == 16  # the adapter's rank
     pipeline = yaml.safe_load((EXAMPLES / "pipeline.yaml").read_text())
     stages = dry_run(trainer, pipeline, "pipelines")["stages"]
-    assert [s["name"] for s in stages] == ["sft", "grpo", "distill"]
+    assert [s["name"] for s in stages] == ["sft", "grpo", "check", "distill"]
+    assert stages[2]["settings"]["gate"] == {"metric": "correct", "min": 0.5}
 
 
 @pytest.mark.slow
@@ -91,6 +93,15 @@ def test_the_verl_example_passes_the_checks_of_a_verl_deployment(
 )
 def test_examples_parse(name: str) -> None:
     parse_plan(yaml.safe_load((EXAMPLES / name).read_text()))
+
+
+def test_the_pipeline_example_gates_its_last_stage_on_an_evaluation() -> None:
+    plan = parse_plan(yaml.safe_load((EXAMPLES / "pipeline.yaml").read_text()))
+    assert isinstance(plan, PipelinePlan)
+    check = plan.stages[2]
+    assert isinstance(check, EvaluateStage) and check.source == "@grpo"
+    assert check.gate is not None and (check.gate.metric, check.gate.min) == ("correct", 0.5)
+    assert [s.name for s in plan.stages] == ["sft", "grpo", "check", "distill"]
 
 
 def test_the_evaluation_example_parses() -> None:

@@ -218,8 +218,10 @@ def test_regrade_refusals_say_what_to_change(
         "two",
         check=False,
     )
-    assert bad_steps.stderr == (
-        "error: --steps takes a step or a range of steps (N, A-B, A- or -B), not 'two'.\n"
+    assert bad_steps.returncode == 2
+    assert bad_steps.stderr.splitlines()[-1] == (
+        "Error: Invalid value for '--steps': give a step or a range of steps (N, A-B, A- or "
+        "-B), not 'two'."
     )
 
     bad_regex = tmp_path / "regex.yaml"

@@ -31,7 +31,8 @@ class PipelineStage(ResponseBody):
         description="The stage's latest run (an evaluate stage's evaluation); None until it starts."
     )
     phase: str = Field(
-        description="The run's phase (an evaluation's state), or WAITING before it starts."
+        description="The run's phase (an evaluation's state); WAITING before it starts, "
+        "NOT_STARTED when the pipeline ended before it."
     )
     progress: Progress | None
 

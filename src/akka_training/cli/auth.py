@@ -128,8 +128,9 @@ def tokens_list() -> None:
 
 @tokens_app.command("revoke")
 def tokens_revoke(token_id: str) -> None:
-    """Revoke a token (and the access tokens exchanged from it). On a terminal it asks first;
-    --force does not."""
+    """Revoke a token and the access tokens exchanged from it.
+
+    On a terminal it asks first; --force does not."""
     confirm(f"Revoke token {token_id}? Whoever uses it loses access.")
     revoked = state.client().revoke_token(token_id)
     emit(revoked, lambda t: say(f"Revoked token {t.id} ({t.name}).", t.id))

@@ -67,8 +67,10 @@ SHELLS = ("bash", "zsh", "fish")
 def completion(
     shell: str = typer.Argument(..., metavar="SHELL", help="bash, zsh or fish."),
 ) -> None:
-    """Print the shell completion script: `source <(akka completion bash)` in ~/.bashrc;
-    zsh: `source <(akka completion zsh)` after compinit; fish: `akka completion fish | source`."""
+    """Print the shell completion script for bash, zsh or fish.
+
+    bash: `source <(akka completion bash)` in ~/.bashrc; zsh: `source <(akka completion zsh)`
+    after compinit; fish: `akka completion fish | source`."""
     if shell not in SHELLS:
         raise UsageProblem(f"completion takes bash, zsh or fish, not {shell!r}.")
     # Imported from where typer defines it: `typer.completion` uses it without exporting it.
@@ -123,6 +125,28 @@ def extract_globals(argv: list[str]) -> list[str]:
 def _no_help_colors(rich_utils: Any) -> None:
     # typer.rich_utils: its help pages (and rich's errors) take no styling, bold included.
     rich_utils.COLOR_SYSTEM = None
+
+
+def _plain_usage_names() -> None:
+    """Usage lines name a required argument as RUN, as the help and the docs write it; typer
+    would write {RUN}."""
+    from typer.core import TyperArgument
+
+    braced = TyperArgument._usage_display_name
+    if getattr(braced, "plain", False):
+        return
+
+    def plain(self: TyperArgument) -> str:
+        name = braced(self)
+        if self.required and name.startswith("{"):
+            name = name[1:].replace("}", "", 1)
+        return name
+
+    plain.plain = True  # type: ignore[attr-defined]
+    TyperArgument._usage_display_name = plain  # type: ignore[method-assign]
+
+
+_plain_usage_names()
 
 
 def run() -> None:

@@ -43,8 +43,10 @@ def serve(
     port: int = typer.Option(None, "--port", help="Listen port (trainer.listen.port)."),
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
-    """Serve the trainer API (default http://127.0.0.1:9001): SQLite and a local blob directory
-    under AKKA_HOME, the local backend and the development catalog unless settings say otherwise."""
+    """Serve the trainer API (default http://127.0.0.1:9001).
+
+    SQLite and a local blob directory under AKKA_HOME, the local backend and the development
+    catalog, unless settings say otherwise."""
     # Imported here so that the rest of the CLI starts without the service's dependencies,
     # which an install without the `service` extra does not have.
     try:

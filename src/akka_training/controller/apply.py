@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from akka_training.controller.views import AttemptView, Decision, RunView
 from akka_training.core.failures import FailureReason
+from akka_training.core.figures import Figures
 from akka_training.core.phases import TERMINAL, Phase, RuleName
 from akka_training.core.states import (
     OPEN_CLAIM_STATES,
@@ -197,6 +198,12 @@ def new_attempt(session: Session, run: Run, now: datetime) -> Attempt:
     )
     resume_step = latest.step if latest is not None and run.attempt > 0 else 0
     if run.attempt > 0:
+        # The dropped steps leave the run's sums too, or the steps reported again count twice.
+        dropped = session.scalars(
+            select(Step.metrics).where(Step.run_id == run.id, Step.step > resume_step)
+        ).all()
+        if dropped:
+            run.summary = run.summary.without_steps(Figures.of(m) for m in dropped)
         session.execute(delete(Step).where(Step.run_id == run.id, Step.step > resume_step))
         session.execute(
             delete(RolloutStep).where(RolloutStep.run_id == run.id, RolloutStep.step > resume_step)

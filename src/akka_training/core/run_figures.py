@@ -9,6 +9,7 @@ held; keys another version wrote are kept as they are.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -129,6 +130,21 @@ class RunFigures(_Stored):
         if health:
             changes["health"] = HealthFigures(step=step, figures=health)
         return self.model_copy(update=changes)
+
+    def without_steps(self, dropped: Iterable[Figures]) -> RunFigures:
+        """The run's figures once the steps that reported `dropped` are deleted (a new attempt
+        resumes from an earlier snapshot and reports them again): they stop counting."""
+        totals = self.totals
+        for figures in dropped:
+            totals = totals.with_step(figures, -1)
+        return self.model_copy(
+            update={
+                "totals": totals,
+                "tokens_per_second": totals.tokens_per_second(),
+                "mfu": totals.mfu(),
+                "padding_share": totals.padding_share(),
+            }
+        )
 
     def with_pause(self, pause: MonitorPause) -> RunFigures:
         return self.model_copy(update={"monitor_pause": pause})

@@ -4,7 +4,8 @@ running run, and how an attempt ended. The values are what the database stores a
 shows; `storage.transitions` applies the rules to the rows as stored (`core.rules`).
 
 A run's own phases and the rules that move it are in `phases`. A pipeline's stage has no state
-of its own: it is its run's phase, or its evaluation's task state (WAITING before either).
+of its own: it is its run's phase, or its evaluation's task state (WAITING before either,
+NOT_STARTED when the pipeline ended before it).
 """
 
 from __future__ import annotations

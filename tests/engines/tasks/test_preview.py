@@ -158,6 +158,11 @@ def test_the_estimate_counts_the_dev_model_from_its_files_and_says_what_it_rests
         f"{parameters:,} parameters counted from the model's safetensors headers, held at FP32 "
         "(4 bytes each) on every GPU (no sharding)"
     )
+    assert estimate["restsOn"][2] == (
+        "activations of 68 bytes per token, hidden unit and layer at FP32 (hidden "
+        f"size {h}, {layers} layers from config.json), one prompt group of 4 sequences "
+        "a micro-batch, 8 sequences (2 prompts x 4) a step, every sequence at maxSeqLength 128"
+    )
     assert estimate["restsOn"][-1].endswith(
         "at an assumed 40% MFU of the NVIDIA H200's 67 TFLOP/s FP32 dense peak x 1 GPU(s); "
         "generation and scoring not included"

@@ -7,6 +7,13 @@ from typing import Any
 
 import httpx
 
+from akka_training.core.evaluations import EvaluationResult, MetricValue
+from akka_training.core.plans import EvaluateStage, PipelinePlan
+from akka_training.core.states import PipelineRule
+from akka_training.server.services.stage_evaluations import gate_failure
+from akka_training.storage.models import Pipeline, Task
+from akka_training.storage.transitions.pipelines import move_pipeline
+from akka_training.testing.app import InProcessTrainer
 from tests.server.routers.helpers import chat_rows, register, sft_plan
 
 
@@ -67,3 +74,90 @@ def _registered_stage(api: httpx.Client) -> dict[str, Any]:
     """The fields of an sft plan a stage holds, over a registered maths/train."""
     register(api, "maths/train", chat_rows(12))
     return {k: v for k, v in sft_plan().items() if k not in ("kind", "project")}
+
+
+def _gated_plan(api: httpx.Client) -> dict[str, Any]:
+    stage = _registered_stage(api)
+    return {
+        "kind": "pipeline",
+        "project": "maths",
+        "stages": [
+            {**stage, "name": "learn", "type": "train"},
+            {
+                "name": "check",
+                "type": "evaluate",
+                "source": "@learn",
+                "dataset": "maths/train",
+                "generation": {"maxCompletionTokens": 8},
+                "metrics": [{"name": "correct", "kind": "match"}],
+                "gate": {"metric": "correct", "min": 0.6},
+            },
+            {**stage, "name": "more", "type": "train"},
+        ],
+    }
+
+
+def test_the_resolved_evaluate_stage_shows_its_gate(api: httpx.Client) -> None:
+    answered = api.post("/v1/pipelines", params={"dry_run": "true"}, json=_gated_plan(api))
+    assert answered.status_code == 200, answered.text
+    check = answered.json()["stages"][1]
+    assert check["name"] == "check"
+    assert check["settings"]["gate"] == {"metric": "correct", "min": 0.6}
+
+
+def test_stages_after_a_pipeline_failed_read_as_not_started(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> None:
+    answered = api.post("/v1/pipelines", json=_gated_plan(api))
+    assert answered.status_code in (200, 201), answered.text
+    pipeline_id = answered.json()["id"]
+    running = api.get(f"/v1/pipelines/{pipeline_id}").json()
+    assert [s["phase"] for s in running["stages"]][1:] == ["WAITING", "WAITING"]
+
+    with trainer.ctx.db.session() as session:
+        row = session.get(Pipeline, pipeline_id)
+        assert row is not None
+        move_pipeline(session, row, PipelineRule.FAIL, failure="stage learn failed")
+    ended = api.get(f"/v1/pipelines/{pipeline_id}").json()
+    assert ended["state"] == "FAILED"
+    assert [(s["name"], s["run"], s["phase"]) for s in ended["stages"]][1:] == [
+        ("check", None, "NOT_STARTED"),
+        ("more", None, "NOT_STARTED"),
+    ]
+
+
+def test_a_failed_gate_says_that_resuming_fails_again_and_what_to_change() -> None:
+    plan = PipelinePlan.model_validate(
+        {
+            "kind": "pipeline",
+            "project": "maths",
+            "stages": [
+                {
+                    "name": "learn",
+                    "type": "train",
+                    **{k: v for k, v in sft_plan().items() if k not in ("kind", "project")},
+                },
+                {
+                    "name": "check",
+                    "type": "evaluate",
+                    "source": "@learn",
+                    "dataset": "maths/held-out",
+                    "metrics": [{"name": "correct", "kind": "match"}],
+                    "gate": {"metric": "correct", "min": 0.6},
+                },
+            ],
+        }
+    )
+    stage = plan.stages[1]
+    assert isinstance(stage, EvaluateStage)
+    value = MetricValue(
+        name="correct", kind="match", mean=0.25, low=0.1, high=0.5, stderr=0.1, count=8
+    )
+    result = EvaluationResult(metrics=[value], samples="s.jsonl", sample_count=8, prompts=8)
+    task = Task(id="ev-1", result=result.model_dump(mode="json", by_alias=True))
+    assert gate_failure(stage, task) == (
+        "stage check (evaluation ev-1): the gate did not pass: metric correct is 0.25, below "
+        "the minimum 0.6. Resuming the pipeline runs the same evaluation of the same adapter "
+        "(stage learn) and fails again: start a new pipeline with that stage changed, or with "
+        "a lower gate.min"
+    )

@@ -111,9 +111,19 @@ def refuse_unless_empty(target: Path) -> None:
             f"{target} is not empty: give another directory with -d, or add --force to write "
             "over the files of the same names."
         )
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidRequest(
+            f"Cannot create {target}: {exc.strerror or exc}; give a directory you can write "
+            "with -d."
+        ) from None
 
 
 def print_written(d: Downloaded) -> None:
+    if state.quiet:
+        print(d.directory)  # -q: where it went, for DIR=$(akka ... -q)
+        return
     what = "merged model" if d.kind == "merged" else "adapter"
     source = f"snapshot {d.snapshot}" if d.snapshot else f"final {what}"
     print(

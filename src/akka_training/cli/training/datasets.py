@@ -36,8 +36,7 @@ def register(
     file: str = typer.Option(..., "-f", "--file", help="A JSONL file, or - for stdin."),
     alias: str = typer.Option(None, "--alias", help="Point this alias at the version."),
 ) -> None:
-    """Stream a JSONL file into a new version of PROJECT/NAME (the same content registers
-    once)."""
+    """Stream a JSONL file into a new version of PROJECT/NAME (the same content: one version)."""
     source, size = _open(file)
     # A streamed body cannot be sent twice: make sure the token is good before streaming.
     state.client().whoami()

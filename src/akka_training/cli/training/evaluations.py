@@ -54,7 +54,7 @@ def start(
         return
     evaluation = client.start_evaluation(plan)
     if not wait_:
-        emit(evaluation, lambda e: print(f"Evaluation started: {e.id}"))
+        emit(evaluation, lambda e: say(f"Evaluation started: {e.id}", e.id))
         return
     say(f"Evaluation started: {evaluation.id}")
     _wait(evaluation.id, None, False)
@@ -63,7 +63,7 @@ def start(
 @app.command("list")
 def list_evaluations(
     project: str = typer.Option(None, "--project"),
-    limit: int = typer.Option(100, "--limit"),
+    limit: int = typer.Option(100, "--limit", min=1),
 ) -> None:
     """Evaluations, newest first."""
     emit(state.client().evaluations(project, limit), _print_list)
@@ -93,7 +93,7 @@ def cancel(evaluation: str = EVALUATION) -> None:
     confirm(f"Cancel evaluation {evaluation}?")
     emit(
         state.client().cancel_evaluation(evaluation),
-        lambda e: print(f"Evaluation {e.id}: {e.requested or e.state}."),
+        lambda e: say(_cancelled(e.id, e.requested, e.state), e.id),
     )
 
 
@@ -102,7 +102,7 @@ def results(
     evaluation: str = EVALUATION,
     best: bool = typer.Option(False, "--best", help="Best first (the default is worst first)."),
     metric: str = typer.Option(None, "--metric", help="Order by this metric instead of score."),
-    limit: int = typer.Option(10, "--limit", help="How many samples."),
+    limit: int = typer.Option(10, "--limit", min=1, help="How many samples."),
 ) -> None:
     """The evaluation's scored samples, worst (or best) first."""
     answer = state.client().evaluation_samples(
@@ -137,6 +137,10 @@ def _wait(evaluation: str, timeout: float | None, exit_status: bool) -> None:
 
 
 def _print_list(rows: list[EvaluationRecord]) -> None:
+    if state.quiet:
+        for e in rows:
+            print(e.id)
+        return
     table(
         ["EVALUATION", "PROJECT", "NAME", "MODEL", "SOURCE", "DATASET", "STATE", "CREATED"],
         [
@@ -230,3 +234,10 @@ def _interval(m: MetricValue) -> str:
 
 def _n(value: float) -> str:
     return f"{value:.4g}"
+
+
+def _cancelled(evaluation: str, requested: str | None, task_state: str) -> str:
+    """What `evaluations cancel` answers, as a sentence."""
+    if requested == "cancel":
+        return f"Evaluation {evaluation}: cancel requested; its job is being stopped."
+    return f"Evaluation {evaluation} is {task_state}: there was nothing left to cancel."

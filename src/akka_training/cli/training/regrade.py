@@ -42,8 +42,8 @@ def regrade(
     The scoring runs as a task on the training cluster; the run is not changed. Prints per
     step the old and new reward mean and each term's mean share; the result stays readable
     with `akka training tasks get TASK -o json`."""
-    document = read_reward(reward)
     first, last = parse_steps(steps)
+    document = read_reward(reward)
     client = state.client()
     task = client.regrade_run(run, document, first, last)
     task = follow_task(
@@ -78,8 +78,9 @@ def parse_steps(text: str | None) -> tuple[int | None, int | None]:
         return None, None
     match = _STEPS.match(text)
     if not match or not (match.group(1) or match.group(3)):
-        raise InvalidRequest(
-            f"--steps takes a step or a range of steps (N, A-B, A- or -B), not {text!r}."
+        raise typer.BadParameter(
+            f"give a step or a range of steps (N, A-B, A- or -B), not {text!r}.",
+            param_hint="'--steps'",
         )
     first = int(match.group(1)) if match.group(1) else None
     last = int(match.group(3)) if match.group(3) else None

@@ -148,7 +148,7 @@ def _print_valid(checked: DryRun) -> None:
 def list_runs(
     project: str = typer.Option(None, "--project"),
     phase: str = typer.Option(None, "--phase", help="open, or a phase such as TRAINING."),
-    limit: int = typer.Option(100, "--limit"),
+    limit: int = typer.Option(100, "--limit", min=1),
 ) -> None:
     """Runs, newest first (-q: their ids only)."""
     emit(state.client().runs(project, phase, limit), _print_list)
@@ -374,9 +374,9 @@ def _print_metrics(m: Metrics) -> None:
 def rollouts(
     run: str = RUN,
     step: int = typer.Option(None, "--step", help="The step to read (default: the latest kept)."),
-    worst: int = typer.Option(None, "--worst", help="The N lowest-scored rollouts."),
-    best: int = typer.Option(None, "--best", help="The N highest-scored rollouts."),
-    limit: int = typer.Option(None, "--limit", help="At most N rollouts, in order."),
+    worst: int = typer.Option(None, "--worst", min=1, help="The N lowest-scored rollouts."),
+    best: int = typer.Option(None, "--best", min=1, help="The N highest-scored rollouts."),
+    limit: int = typer.Option(None, "--limit", min=1, help="At most N rollouts, in order."),
 ) -> None:
     """The rollouts a reinforcement run kept for one step."""
     chosen = [x for x in (worst, best, limit) if x is not None]
@@ -390,8 +390,10 @@ def rollouts(
 
 @app.command()
 def verify(run: str = RUN) -> None:
-    """Recompute each step's published figures (reward mean and spread, term shares, lengths)
-    from the rollouts the run kept and print every difference; exit 1 if there is one."""
+    """Recompute each step's figures from the kept rollouts; exit 1 on any difference.
+
+    The figures: the reward's mean and spread, each term's share and the lengths, each
+    difference printed."""
     result = state.client().verify(run)
     emit(result, print_verification)
     if result.differences:
@@ -404,8 +406,7 @@ def logs(
     follow: bool = typer.Option(False, "--follow", "-F", help="Keep printing as the job writes."),
     attempt: int = typer.Option(None, "--attempt"),
 ) -> None:
-    """The output of a run's job (-o json: one object a chunk, with the offset to read on
-    from)."""
+    """The output of a run's job (-o json: one object a chunk, with the offset to read on)."""
     client = state.client()
     offset = 0
     while True:

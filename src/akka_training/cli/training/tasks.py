@@ -21,9 +21,9 @@ app = typer.Typer(help="Follow the trainer's tasks (merges, regrades).", no_args
 def list_tasks(
     project: str = typer.Option(None, "--project"),
     run: str = typer.Option(None, "--run", help="Only the tasks of this run."),
-    limit: int = typer.Option(100, "--limit"),
+    limit: int = typer.Option(100, "--limit", min=1),
 ) -> None:
-    """Tasks, newest first."""
+    """Tasks, newest first (-q: their ids only)."""
     emit(state.client().tasks(project, run, limit), _print_list)
 
 
@@ -43,6 +43,10 @@ def cancel(task: str = TASK) -> None:
 
 
 def _print_list(rows: list[TaskRecord]) -> None:
+    if state.quiet:
+        for t in rows:
+            print(t.id)
+        return
     table(
         ["TASK", "KIND", "PROJECT", "RUN", "STATE", "PROGRESS", "CREATED"],
         [

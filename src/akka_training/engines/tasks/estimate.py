@@ -121,9 +121,9 @@ def figures(
         f"{adapter_parameters:,} LoRA parameters (rank {lora.rank} on "
         f"{_modules(lora.target_modules)}) at {ADAPTER_BYTES} bytes each: FP32 weight, "
         "gradient and Adam's two moments",
-        f"activations of {ACTIVATION_BYTES} bytes per token, hidden unit and layer in 16-bit "
-        f"(hidden size {hidden}, {layers} layers from config.json), {shape}, every sequence at "
-        f"maxSeqLength {seq}",
+        f"activations of {ACTIVATION_BYTES * width // 2} bytes per token, hidden unit and layer "
+        f"at {precision} (hidden size {hidden}, {layers} layers from config.json), {shape}, "
+        f"every sequence at maxSeqLength {seq}",
         "not counted: the generation's KV cache and the CUDA context and allocator's slack",
     ]
     fits = None

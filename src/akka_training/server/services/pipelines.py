@@ -432,8 +432,11 @@ def _line(item: PipelineProgressLine | PipelineEndLine) -> bytes:
 def pipeline_record(
     session: Session, ctx: AppContext, pipeline: Pipeline, existing: bool = False
 ) -> PipelineRecord:
-    """The pipeline with each stage's latest run; `existing`: the answer to a resubmission."""
+    """The pipeline with each stage's latest run; `existing`: the answer to a resubmission. A
+    stage with no run is WAITING while the pipeline runs and NOT_STARTED once it ended (a
+    failed stage or gate before it)."""
     plan = PipelinePlan.model_validate(pipeline.plan)
+    unstarted = "WAITING" if pipeline.state == PipelineState.RUNNING else "NOT_STARTED"
     stages = []
     for stage in plan.stages:
         if isinstance(stage, EvaluateStage):
@@ -444,7 +447,7 @@ def pipeline_record(
                     type=stage.type,
                     method="evaluate",
                     run=task.id if task else None,
-                    phase=task.state if task else "WAITING",
+                    phase=task.state if task else unstarted,
                     progress=None,
                 )
             )
@@ -456,7 +459,7 @@ def pipeline_record(
                 type=stage.type,
                 method=stage.config.method,
                 run=run.id if run else None,
-                phase=run.phase if run else "WAITING",
+                phase=run.phase if run else unstarted,
                 progress=run_summary(run).progress if run else None,
             )
         )

@@ -294,7 +294,15 @@ def metrics(
     session: Session, principal: Principal, run_ref: str, fields: list[str] | None
 ) -> Metrics:
     run = run_for(session, principal, run_ref)
-    rows = session.scalars(select(Step).where(Step.run_id == run.id).order_by(Step.step))
+    rows = list(session.scalars(select(Step).where(Step.run_id == run.id).order_by(Step.step)))
+    if fields and rows:
+        names = sorted({k for row in rows for k in row.metrics})
+        unknown = [f for f in fields if not any(_matches(k, f) for k in names)]
+        if unknown:
+            raise InvalidRequest(
+                f"Run {run.id} has no figure named {unknown[0]!r} (nor one under it); its "
+                f"figures: {', '.join(names)}."
+            )
     steps = []
     for row in rows:
         figures = row.metrics

@@ -79,6 +79,8 @@ def check(
         )
     resolved = checked.params.to_json()
     resolved.pop("samples", None)
+    if stage.gate is not None:
+        resolved["gate"] = {"metric": stage.gate.metric, "min": stage.gate.min}
     entry.settings = resolved
     return entry, problems
 
@@ -132,5 +134,7 @@ def gate_failure(stage: EvaluateStage, task: Task) -> str | None:
     shown = "absent" if value is None else f"{value:.4g}"
     return (
         f"stage {stage.name} (evaluation {task.id}): the gate did not pass: metric "
-        f"{stage.gate.metric} is {shown}, below the minimum {stage.gate.min:g}"
+        f"{stage.gate.metric} is {shown}, below the minimum {stage.gate.min:g}. Resuming the "
+        f"pipeline runs the same evaluation of the same adapter (stage {stage_of(stage.source)}) and "
+        "fails again: start a new pipeline with that stage changed, or with a lower gate.min"
     )
