@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from akka_training.core.catalog import CatalogModel
-from akka_training.devmodels.build import BUILDER_VERSION, build_dev_models, directory_revision
-from akka_training.devmodels.catalog import all_built
+from akka_training.devmodels.catalog import BUILDER_VERSION, all_built
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def test_building_twice_gives_identical_files(tmp_path: Path) -> None:
+    from akka_training.devmodels.build import build_dev_models, directory_revision
+
     # In this process's CPU seconds: the machine's load does not count.
     started = time.process_time()
     first = build_dev_models(tmp_path / "a")
@@ -41,6 +42,8 @@ def test_building_twice_gives_identical_files(tmp_path: Path) -> None:
 
 
 def test_a_built_model_is_kept_and_an_outdated_one_rebuilt(tmp_path: Path) -> None:
+    from akka_training.devmodels.build import build_dev_models, directory_revision
+
     assert not all_built(tmp_path)
     build_dev_models(tmp_path)
     assert all_built(tmp_path)
