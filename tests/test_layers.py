@@ -7,11 +7,14 @@ import pytest
 
 # The suites below load this suite's root conftest as a plugin: its fixtures, hooks and guards.
 CONFTEST = 'pytest_plugins = ["tests.conftest"]\n'
+# ...and its markers, which the project's settings declare (a suite of its own reads none).
+INI = "[pytest]\nmarkers =\n    slow\n    postgres\n    ray\n"
 
 
 @pytest.fixture
 def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makeconftest(CONFTEST)
+    pytester.makeini(INI)
     return pytester
 
 
@@ -114,3 +117,4 @@ def test_the_postgres_half_of_the_database_fixture_is_marked(suite: pytest.Pytes
     result.stdout.fnmatch_lines(
         ["test_database.py::test_rows[[]sqlite[]]", "*1/2 tests collected*"]
     )
+
