@@ -16,6 +16,9 @@ from akka_training.core.catalog import CatalogModel
 from akka_training.devmodels.catalog import BUILDER_VERSION, all_built
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+# Building loads the training stack and writes real weights (seconds per test): slow, as the
+# models the other tests use are built once and kept.
+pytestmark = pytest.mark.slow
 
 
 def test_building_twice_gives_identical_files(tmp_path: Path) -> None:
@@ -66,7 +69,6 @@ def test_a_built_model_is_kept_and_an_outdated_one_rebuilt(tmp_path: Path) -> No
 
 
 # The builder's command imports the training stack in a process of its own.
-@pytest.mark.slow
 def test_the_command_prints_catalog_entries(catalog: dict[str, dict[str, Any]]) -> None:
     dest = Path(catalog["tiny-chat"]["path"]).parent
     out = subprocess.run(
