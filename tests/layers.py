@@ -3,7 +3,9 @@
 `python -m pytest -m "not slow"` is the fast layer, the one a contributor runs while working (under
 a minute); `./scripts/test` runs everything and is the CI command. A test belongs to the slow layer,
 marked `slow`, when it starts a trainer process, runs a real job or a training step, starts Ray,
-or runs verl's own environment. A test that talks to the Postgres server is marked `postgres`.
+runs verl's own environment, or builds the development models; a parameter that widens a fast
+test's cases may be marked slow on its own. A test that talks to the Postgres server is marked
+`postgres`. The fast layer does not import a module marked slow as a whole (`module_is_slow`).
 
 Two guards, wired in `tests/conftest.py`:
 
