@@ -47,6 +47,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(layers.refusal(problems))
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast layer does not import a module that is slow as a whole (`layers.module_is_slow`):
+    it would deselect every test in it after paying for its imports."""
+    if config.getoption("markexpr", "").strip() != "not slow" or collection_path.suffix != ".py":
+        return None
+    if collection_path.name.startswith("test_") and layers.module_is_slow(collection_path):
+        return True
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # The Ray plugin is taken from the plugin manager: importing it here would keep pytest from
     # rewriting its asserts.

@@ -3,7 +3,9 @@
 `python -m pytest -m "not slow"` is the fast layer, the one a contributor runs while working (under
 a minute); `./scripts/test` runs everything and is the CI command. A test belongs to the slow layer,
 marked `slow`, when it starts a trainer process, runs a real job or a training step, starts Ray,
-or runs verl's own environment. A test that talks to the Postgres server is marked `postgres`.
+runs verl's own environment, or builds the development models; a parameter that widens a fast
+test's cases may be marked slow on its own. A test that talks to the Postgres server is marked
+`postgres`. The fast layer does not import a module marked slow as a whole (`module_is_slow`).
 
 Two guards, wired in `tests/conftest.py`:
 
@@ -16,10 +18,12 @@ Two guards, wired in `tests/conftest.py`:
 
 from __future__ import annotations
 
+import ast
 import functools
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -53,6 +57,30 @@ def layer_problems(items: Iterable[pytest.Item]) -> list[str]:
                     f"@pytest.mark.{marker} to it, or pytestmark = pytest.mark.{marker} to its module"
                 )
     return problems
+
+
+def module_is_slow(path: Path) -> bool:
+    """Whether the test module at `path` marks all of itself slow (``pytestmark =
+    pytest.mark.slow``, alone or in a list), read from its source without importing it: the
+    fast layer then leaves it uncollected, as `-m "not slow"` would deselect every test in it,
+    and importing it can load the training stack (seconds per worker)."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return False  # collected as usual, so that pytest reports what is wrong with it
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets):
+                value = node.value
+                marks = value.elts if isinstance(value, ast.List | ast.Tuple) else [value]
+                if any(_is_slow_mark(mark) for mark in marks):
+                    return True
+    return False
+
+
+def _is_slow_mark(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Attribute) and ast.unparse(node) == "pytest.mark.slow"
 
 
 def refusal(problems: list[str]) -> str:

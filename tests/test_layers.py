@@ -7,11 +7,14 @@ import pytest
 
 # The suites below load this suite's root conftest as a plugin: its fixtures, hooks and guards.
 CONFTEST = 'pytest_plugins = ["tests.conftest"]\n'
+# ...and its markers, which the project's settings declare (a suite of its own reads none).
+INI = "[pytest]\nmarkers =\n    slow\n    postgres\n    ray\n"
 
 
 @pytest.fixture
 def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makeconftest(CONFTEST)
+    pytester.makeini(INI)
     return pytester
 
 
@@ -114,3 +117,41 @@ def test_the_postgres_half_of_the_database_fixture_is_marked(suite: pytest.Pytes
     result.stdout.fnmatch_lines(
         ["test_database.py::test_rows[[]sqlite[]]", "*1/2 tests collected*"]
     )
+
+
+def test_the_fast_layer_does_not_import_a_module_marked_slow_as_a_whole(
+    suite: pytest.Pytester,
+) -> None:
+    """`-m "not slow"` would deselect every test of such a module: it is not imported at all
+    (its imports can load the training stack); the full suite collects and runs it."""
+    suite.makepyfile(
+        test_slow_module="""
+        import pytest
+        raise RuntimeError("imported")
+
+        pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+        def test_one():
+            pass
+        """,
+        test_fast_module="""
+        import pytest
+
+        pytestmark = pytest.mark.postgres
+
+        def test_two():
+            pass
+
+        @pytest.mark.slow
+        def test_three():
+            pass
+        """,
+    )
+
+    fast = suite.runpytest_inprocess("--collect-only", "-q", "-m", "not slow")
+    full = suite.runpytest_inprocess("--collect-only", "-q")
+
+    fast.stdout.fnmatch_lines(["test_fast_module.py::test_two", "*1/2 tests collected*"])
+    assert "test_slow_module" not in fast.stdout.str()
+    assert full.ret == pytest.ExitCode.INTERRUPTED
+    full.stdout.fnmatch_lines(["*ERROR collecting test_slow_module.py*"])

@@ -15,20 +15,30 @@ import yaml
 
 from akka_training.cli import exits
 from akka_training.testing.service import free_port
+from tests.cli import inprocess
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+# What neither helper below lets through from the environment the tests run in.
+UNSET = ("TRAINER_URL", "AKKA_CONTEXT", "AKKA_ACCESS_TOKEN", "NO_COLOR", "AKKA_DEBUG")
+
+
+def here(*args: str, env: dict[str, str] | None = None) -> inprocess.Ran:
+    """`akka ARGS` run in this process, with `env` over the cleaned environment."""
+    config = os.environ.get("AKKA_CONFIG_FOR_TESTS", "/nonexistent/akka-config.yaml")
+    return inprocess.akka(*args, env={"AKKA_CONFIG": config, **(env or {})}, unset=UNSET)
 
 
 def akka(
     *args: str, prelude: str = "", env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """`akka ARGS` in a process of its own, after `prelude` (end to end: what the command's
+    start reads, such as colour and completion variables, a failure planted before it, and
+    the trainer a command line reaches)."""
     code = f"{prelude}\nimport sys\nsys.argv = ['akka', *{list(args)!r}]\n"
     code += "from akka_training.cli.main import run\nrun()\n"
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("TRAINER_URL", "AKKA_CONTEXT", "AKKA_ACCESS_TOKEN", "NO_COLOR", "AKKA_DEBUG")
-    }
+    base = {k: v for k, v in os.environ.items() if k not in UNSET}
     base["AKKA_CONFIG"] = base.get("AKKA_CONFIG_FOR_TESTS", "/nonexistent/akka-config.yaml")
     base.update(env or {})
     return subprocess.run(
@@ -67,7 +77,7 @@ def akka(
 def test_a_usage_mistake_prints_the_usage_line_and_one_sentence(
     args: list[str], sentence: str
 ) -> None:
-    result = akka(*args)
+    result = here(*args)
     assert result.returncode == exits.USAGE == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines[0].startswith("Usage: akka training runs")
@@ -85,7 +95,7 @@ def test_a_usage_line_names_a_required_argument_as_the_help_does() -> None:
 
 
 def test_a_usage_mistake_under_json_is_also_an_error_object_on_stdout() -> None:
-    result = akka("-o", "json", "training", "runs", "wait")
+    result = here("-o", "json", "training", "runs", "wait")
     assert result.returncode == 2
     assert json.loads(result.stdout) == {
         "error": {"code": "usage", "message": "Missing argument 'RUN'.", "problems": []}
@@ -185,12 +195,12 @@ def test_an_explicit_context_beats_trainer_url_and_the_variable_beats_the_curren
 
 
 def test_singular_nouns_of_auth_and_config() -> None:
-    assert akka("auth", "token", "--help").returncode == 0
-    assert akka("config", "get-context").returncode == 0
+    assert here("auth", "token", "--help").returncode == 0
+    assert here("config", "get-context").returncode == 0
 
 
 def test_help_says_what_a_prefix_takes() -> None:
-    out = akka("--no-color", "training", "runs", "get", "--help").stdout
+    out = here("--no-color", "training", "runs", "get", "--help").stdout
     assert "unambiguous prefix of it (3" in out
 
 

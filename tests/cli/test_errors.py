@@ -7,8 +7,15 @@ import os
 import subprocess
 import sys
 
+from tests.cli import inprocess
+
+
+def here(*args: str) -> inprocess.Ran:
+    return inprocess.akka(*args, unset=["TRAINER_URL", "AKKA_CONTEXT"])
+
 
 def akka(*args: str, prelude: str = "") -> subprocess.CompletedProcess[str]:
+    """`akka ARGS` in a process of its own, after `prelude` (end to end)."""
     code = f"{prelude}\nimport sys\nsys.argv = ['akka', *{list(args)!r}]\n"
     code += "from akka_training.cli.main import run\nrun()\n"
     env = {k: v for k, v in os.environ.items() if k not in ("TRAINER_URL", "AKKA_CONTEXT")}
@@ -18,27 +25,27 @@ def akka(*args: str, prelude: str = "") -> subprocess.CompletedProcess[str]:
 
 
 def test_a_missing_argument_is_a_usage_error() -> None:
-    result = akka("training", "runs", "get")
+    result = here("training", "runs", "get")
     assert result.returncode == 2
     assert "Error: Missing argument 'RUN'." in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_an_unknown_command_is_a_usage_error() -> None:
-    result = akka("training", "runs", "bogus")
+    result = here("training", "runs", "bogus")
     assert result.returncode == 2
     assert "Error: No such command 'bogus'." in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_an_unknown_output_format_is_refused() -> None:
-    result = akka("-o", "xml", "training", "info")
+    result = here("-o", "xml", "training", "info")
     assert result.returncode == 2
     assert result.stderr.strip() == "Error: -o takes text, json or yaml, not 'xml'."
 
 
 def test_a_global_flag_without_its_value_is_refused() -> None:
-    result = akka("training", "info", "--context")
+    result = here("training", "info", "--context")
     assert result.returncode == 2
     assert result.stderr.strip() == "Error: --context needs a value."
 

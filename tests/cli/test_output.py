@@ -223,8 +223,22 @@ def _printed(monkeypatch: pytest.MonkeyPatch, show: Callable[..., None], *args: 
     return out.getvalue()
 
 
+# Each terminal renders some 700 tables with rich (seconds of CPU): the fast layer takes one
+# terminal plain_lines writes for and one rich alone writes for, the full suite every one.
+MORE_TERMINALS = pytest.mark.slow
+
+
 @pytest.mark.parametrize(
-    "term", ["xterm-256color", "xterm", "screen", "", "dumb", "unknown", "xterm truecolor"]
+    "term",
+    [
+        "xterm-256color",
+        "dumb",
+        pytest.param("xterm", marks=MORE_TERMINALS),
+        pytest.param("screen", marks=MORE_TERMINALS),
+        pytest.param("", marks=MORE_TERMINALS),
+        pytest.param("unknown", marks=MORE_TERMINALS),
+        pytest.param("xterm truecolor", marks=MORE_TERMINALS),
+    ],
 )
 @pytest.mark.parametrize("colour", [True, False])
 def test_a_terminal_gets_from_plain_lines_what_rich_writes_to_it(

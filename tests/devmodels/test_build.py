@@ -13,13 +13,17 @@ from typing import Any
 import pytest
 
 from akka_training.core.catalog import CatalogModel
-from akka_training.devmodels.build import build_dev_models, directory_revision
 from akka_training.devmodels.catalog import BUILDER_VERSION, all_built
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+# Building loads the training stack and writes real weights (seconds per test): slow, as the
+# models the other tests use are built once and kept.
+pytestmark = pytest.mark.slow
 
 
 def test_building_twice_gives_identical_files(tmp_path: Path) -> None:
+    from akka_training.devmodels.build import build_dev_models, directory_revision
+
     # In this process's CPU seconds: the machine's load does not count.
     started = time.process_time()
     first = build_dev_models(tmp_path / "a")
@@ -41,6 +45,8 @@ def test_building_twice_gives_identical_files(tmp_path: Path) -> None:
 
 
 def test_a_built_model_is_kept_and_an_outdated_one_rebuilt(tmp_path: Path) -> None:
+    from akka_training.devmodels.build import build_dev_models, directory_revision
+
     assert not all_built(tmp_path)
     build_dev_models(tmp_path)
     assert all_built(tmp_path)
@@ -63,7 +69,6 @@ def test_a_built_model_is_kept_and_an_outdated_one_rebuilt(tmp_path: Path) -> No
 
 
 # The builder's command imports the training stack in a process of its own.
-@pytest.mark.slow
 def test_the_command_prints_catalog_entries(catalog: dict[str, dict[str, Any]]) -> None:
     dest = Path(catalog["tiny-chat"]["path"]).parent
     out = subprocess.run(

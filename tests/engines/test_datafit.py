@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
-from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoProcessor, AutoTokenizer
-from trl.trainer.sft_config import SFTConfig
-from trl.trainer.sft_trainer import SFTTrainer
 
 from akka_training.engines.data import sft_examples
 from akka_training.engines.datafit import PaddingMeter, rl_data_fit, sft_data_fit
 from tests.engines.rows import image_rows, long_chat_rows, prompt_completion_rows
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 LIMIT = 48
 
@@ -22,6 +20,8 @@ LIMIT = 48
 def test_chat_rows_counted_as_an_independent_count_and_as_trl_drops_them(
     catalog: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(catalog["tiny-chat"]["path"])
     rows = long_chat_rows(60)
     examples = sft_examples(rows, image_text=False)
@@ -63,6 +63,8 @@ def test_chat_rows_counted_as_an_independent_count_and_as_trl_drops_them(
 def test_prompt_completion_rows_counted_as_trl_drops_them(
     catalog: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(catalog["tiny-chat"]["path"])
     examples = sft_examples(prompt_completion_rows(60), image_text=False)
 
@@ -76,6 +78,8 @@ def test_prompt_completion_rows_counted_as_trl_drops_them(
 def test_image_rows_count_image_tokens_and_drop_nothing(
     catalog: dict[str, dict[str, Any]],
 ) -> None:
+    from transformers import AutoProcessor
+
     processor = AutoProcessor.from_pretrained(catalog["tiny-vision"]["path"])
     examples = sft_examples(image_rows(4), image_text=True)
 
@@ -102,6 +106,8 @@ def test_rl_prompts_that_leave_no_room_for_a_completion_are_dropped() -> None:
 
 
 def test_padding_meter_reports_each_steps_batches() -> None:
+    import torch
+
     def collate(lengths: list[int]) -> dict[str, Any]:
         width = max(lengths)
         mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
@@ -126,6 +132,11 @@ def _trl_prepared(
     limit: int = LIMIT,
 ) -> Dataset:
     """The training set TRL really builds from the examples."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.sft_config import SFTConfig
+    from trl.trainer.sft_trainer import SFTTrainer
+
     path = tokenizer.name_or_path
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(path),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from akka_training.core.failures import FailureReason
 from akka_training.engines.failures import (
     DataError,
@@ -15,6 +13,8 @@ from akka_training.engines.failures import (
 
 
 def test_device_and_host_memory_are_told_apart() -> None:
+    import torch
+
     device = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     host = RuntimeError(
         "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory"
@@ -26,6 +26,8 @@ def test_device_and_host_memory_are_told_apart() -> None:
 
 
 def test_a_wrapped_out_of_memory_error_is_still_found() -> None:
+    import torch
+
     try:
         try:
             raise torch.OutOfMemoryError("CUDA out of memory")
@@ -61,6 +63,8 @@ def test_a_job_error_is_reported_as_it_is() -> None:
 
 
 def test_out_of_memory_is_found_in_what_an_exception_wraps() -> None:
+    import torch
+
     try:
         try:
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
@@ -96,3 +100,12 @@ def test_a_write_to_a_full_device_is_storage_full_also_when_wrapped() -> None:
     assert FailureReason.STORAGE_FULL.sentence.startswith(
         "the storage this run writes to is full (no space left on the device)"
     )
+
+
+def test_torch_s_own_out_of_memory_error_is_device_memory_whatever_it_says() -> None:
+    import torch
+
+    error = torch.OutOfMemoryError("allocation failed")
+
+    assert classify_failure(error, None)[0] is FailureReason.DEVICE_OOM
+    assert out_of_memory(error) == "device"

@@ -2,26 +2,37 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
-import torch
 
 from akka_training.engines.flops import flop_parameters, mfu, peak_flops, peak_flops_by_name
 
+if TYPE_CHECKING:
+    import torch
 
-class TinyLm(torch.nn.Module):
-    def __init__(self, tied: bool) -> None:
-        super().__init__()
-        self.embed = torch.nn.Embedding(100, 8)
-        self.body = torch.nn.Linear(8, 8)
-        self.head = torch.nn.Linear(8, 100, bias=False)
-        if tied:
-            self.head.weight = self.embed.weight
 
-    def get_output_embeddings(self) -> torch.nn.Module:
-        return self.head
+def tiny_lm(tied: bool) -> torch.nn.Module:
+    import torch
+
+    class TinyLm(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(100, 8)
+            self.body = torch.nn.Linear(8, 8)
+            self.head = torch.nn.Linear(8, 100, bias=False)
+            if tied:
+                self.head.weight = self.embed.weight
+
+        def get_output_embeddings(self) -> torch.nn.Module:
+            return self.head
+
+    return TinyLm()
 
 
 def test_peaks_come_from_the_device_name_and_precision() -> None:
+    import torch
+
     assert peak_flops_by_name("NVIDIA H100 80GB HBM3", "BF16") == 989e12
     assert peak_flops_by_name("NVIDIA H100 PCIe", "BF16") == 756e12
     assert peak_flops_by_name("NVIDIA H200", "FP32") == 67e12
@@ -34,7 +45,7 @@ def test_peaks_come_from_the_device_name_and_precision() -> None:
 
 
 def test_mfu_is_six_flops_per_parameter_and_token_over_the_peak() -> None:
-    untied, tied = TinyLm(tied=False), TinyLm(tied=True)
+    untied, tied = tiny_lm(tied=False), tiny_lm(tied=True)
     assert flop_parameters(untied) == 8 * 8 + 8 + 8 * 100  # the embedding table is left out
     assert flop_parameters(tied) == 8 * 8 + 8 + 8 * 100  # ...but as a tied head it counts
 

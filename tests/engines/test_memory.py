@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from akka_training.engines.memory import (
     StepMemory,
@@ -47,6 +46,8 @@ def test_the_device_split_adds_up_to_the_peak() -> None:
 
 
 def test_parameters_and_optimizer_state_are_measured() -> None:
+    import torch
+
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
     model[0].requires_grad_(False)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
@@ -60,6 +61,8 @@ def test_parameters_and_optimizer_state_are_measured() -> None:
 
 
 def test_the_host_peak_of_a_cpu_step_follows_what_the_step_allocated() -> None:
+    import torch
+
     memory = StepMemory(torch.device("cpu"))
     model = torch.nn.Linear(2, 2)
 

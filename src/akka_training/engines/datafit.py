@@ -18,11 +18,14 @@ import collections
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transformers import PreTrainedTokenizerBase, ProcessorMixin
+# transformers is imported when a processor is looked at: the counts' callers hold one already.
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase, ProcessorMixin
+    from typing_extensions import TypeIs
 
-ProcessingClass = PreTrainedTokenizerBase | ProcessorMixin
+    ProcessingClass = PreTrainedTokenizerBase | ProcessorMixin
 
 
 @dataclass
@@ -157,7 +160,7 @@ def _chat(
     images: list[Any] | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    if isinstance(processing, ProcessorMixin):
+    if _is_processor(processing):
         messages = _with_images(messages, images or [])
         out: Any = processing.apply_chat_template(
             messages, tokenize=True, return_dict=True, **kwargs
@@ -191,11 +194,17 @@ def _with_images(messages: list[dict[str, Any]], images: list[Any]) -> list[dict
 def _plain_ids(processing: ProcessingClass, text: str) -> list[int]:
     out = processing(text=text)
     ids = out["input_ids"]
-    return list(ids[0]) if isinstance(processing, ProcessorMixin) else list(ids)
+    return list(ids[0]) if _is_processor(processing) else list(ids)
+
+
+def _is_processor(processing: ProcessingClass) -> TypeIs[ProcessorMixin]:
+    from transformers import ProcessorMixin
+
+    return isinstance(processing, ProcessorMixin)
 
 
 def _tokenizer(processing: ProcessingClass) -> PreTrainedTokenizerBase:
-    return processing.tokenizer if isinstance(processing, ProcessorMixin) else processing
+    return processing.tokenizer if _is_processor(processing) else processing
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -25,10 +25,9 @@ through (`out_of_memory`), so they are reported as such.
 
 from __future__ import annotations
 
+import sys
 import traceback
 from collections.abc import Iterator
-
-import torch
 
 from akka_training.core.errors import storage_full
 from akka_training.core.exits import MemoryKind, memory_exhausted
@@ -168,11 +167,20 @@ def last_lines(exc: BaseException, count: int = DETAIL_LINES) -> str:
 def _memory_error(exc: BaseException) -> tuple[MemoryKind, BaseException] | None:
     for error in _chain(exc):
         memory = memory_exhausted(str(error))
-        if isinstance(error, torch.OutOfMemoryError) or memory == "device":
+        if _torch_out_of_memory(error) or memory == "device":
             return "device", error
         if isinstance(error, MemoryError) or memory == "host":
             return "host", error
     return None
+
+
+def _torch_out_of_memory(error: BaseException) -> bool:
+    # Only a process that loaded torch can hold torch's error: torch is not imported to look.
+    if "torch" not in sys.modules:
+        return False
+    import torch
+
+    return isinstance(error, torch.OutOfMemoryError)
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

@@ -18,8 +18,11 @@ All figures are bytes.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+# torch is imported where a device is measured: the host figures (the watchdog's) need none.
+if TYPE_CHECKING:
+    import torch
 
 CLEAR_REFS = Path("/proc/self/clear_refs")
 STATUS = Path("/proc/self/status")
@@ -42,6 +45,8 @@ class StepMemory:
         self._peak_allocated = self._peak_reserved = 0
         self.generation = None
         if self.cuda:
+            import torch
+
             torch.cuda.reset_peak_memory_stats(self._device)
         else:
             self._host_reset = reset_host_peak()
@@ -49,6 +54,8 @@ class StepMemory:
     def generation_begin(self) -> None:
         if not self.cuda:
             return
+        import torch
+
         self._fold_peaks()
         torch.cuda.reset_peak_memory_stats(self._device)
         self._generation_base = torch.cuda.memory_allocated(self._device)
@@ -56,6 +63,8 @@ class StepMemory:
     def generation_end(self) -> None:
         if not self.cuda:
             return
+        import torch
+
         peak = torch.cuda.max_memory_allocated(self._device)
         self.generation = max(0, peak - self._generation_base)
         self._fold_peaks()
@@ -68,6 +77,8 @@ class StepMemory:
             # Without the reset VmHWM is the process's peak, not the step's: leave it out.
             peak = host_peak() if self._host_reset else None
             return {} if peak is None else {"memory/host_peak": float(peak)}
+        import torch
+
         self._fold_peaks()
         weights, adapter = parameter_bytes(model)
         free, total = torch.cuda.mem_get_info(self._device)
@@ -83,6 +94,8 @@ class StepMemory:
         )
 
     def _fold_peaks(self) -> None:
+        import torch
+
         self._peak_allocated = max(
             self._peak_allocated, torch.cuda.max_memory_allocated(self._device)
         )
@@ -141,6 +154,8 @@ def parameter_bytes(model: torch.nn.Module) -> tuple[int, int]:
 def optimizer_bytes(optimizer: torch.optim.Optimizer | None) -> int:
     if optimizer is None:
         return 0
+    import torch
+
     total = 0
     for state in optimizer.state.values():
         for value in state.values():

@@ -19,8 +19,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-import torch
-
 from akka_training.blobstore import BlobStore
 from akka_training.core.clock import SYSTEM_CLOCK, Clock
 from akka_training.engines.memory import host_peak, host_resident
@@ -139,8 +137,13 @@ def stall_report(stalled_seconds: float) -> str:
 
 
 def memory_summary() -> str:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return torch.cuda.memory_summary()
+    # A process that never loaded torch has no CUDA memory to summarise: torch is not imported
+    # for it.
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return torch.cuda.memory_summary()
     resident, peak = host_resident(), host_peak()
     return (
         f"host resident (VmRSS): {_mib(resident)}\n"

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from akka_training.blobstore import LocalBlobStore
 from akka_training.core.evaluations import EvaluateParams
 from akka_training.core.tasks import TaskSpec, TaskTelemetry
@@ -16,6 +18,9 @@ from akka_training.telemetry import catalog as c
 from akka_training.testing.otlp_receiver import OtlpReceiver
 from tests.engines.conftest import ReportServer
 from tests.engines.tasks.test_job import pin, run
+
+# A real evaluation job: the development model loaded and generating, in this process.
+pytestmark = pytest.mark.slow
 
 P = c.PREFIX
 ROWS = [

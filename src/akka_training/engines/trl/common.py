@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from peft import PeftModel
@@ -23,8 +23,10 @@ from akka_training.core.plans import Lora
 from akka_training.core.resolved import Settings
 from akka_training.engines.adapters import load_adapter, lora_config
 from akka_training.engines.context import JobContext
-from akka_training.engines.datafit import ProcessingClass
 from akka_training.engines.snapshots import download_adapter, restore_checkpoint
+
+if TYPE_CHECKING:
+    from akka_training.engines.datafit import ProcessingClass
 
 _DTYPES = {"BF16": torch.bfloat16, "FP16": torch.float16, "FP32": torch.float32}
 
