@@ -18,6 +18,7 @@ every replica of the service that shares the directory signs with the same key.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -109,17 +110,25 @@ class GrafanaLinks:
         return {"keys": [key]}
 
 
+@functools.lru_cache(maxsize=8)
+def _loaded(pem: bytes) -> rsa.RSAPrivateKey:
+    """An RSA key read from its PEM text, once a process: loading checks the key, which costs
+    a fifth of a second, and a process that builds its app again (tests, a reload) reads the
+    same key."""
+    return _rsa(serialization.load_pem_private_key(pem, password=None))
+
+
 def _load_or_create_key(
     signing_key_pem: str | bytes | None, key_dir: Path | str | None
 ) -> rsa.RSAPrivateKey:
     if signing_key_pem:
         pem = signing_key_pem.encode() if isinstance(signing_key_pem, str) else signing_key_pem
-        return _rsa(serialization.load_pem_private_key(pem, password=None))
+        return _loaded(pem)
     if key_dir is None:
         raise ValueError("Grafana links need trainer.grafana.signing-key or a key directory")
     path = Path(key_dir) / KEY_FILE
     if path.exists():
-        return _rsa(serialization.load_pem_private_key(path.read_bytes(), password=None))
+        return _loaded(path.read_bytes())
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = key.private_bytes(
