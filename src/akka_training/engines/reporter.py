@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 
 from akka_training.core.clock import SYSTEM_CLOCK, Clock
+from akka_training.core.figures import json_safe
 from akka_training.core.reports import (
     ACTION_RANK,
     BATCH_LIMIT,
@@ -85,7 +86,9 @@ def deliver(
     """POST a report until the service takes it, and return the service's answer: one below
     300, or a 409 (the sender is no longer the one the service knows). Connection errors and
     5xx answers are retried with back-off for `patience` seconds of `clock`; a refusal, a
-    request that cannot be sent, or spent patience raise `ReportNotDelivered`."""
+    request that cannot be sent, or spent patience raise `ReportNotDelivered`. A figure that is
+    not finite (a NaN loss) goes as its text (`core.figures.json_safe`)."""
+    body = json_safe(body)
     deadline = clock.monotonic() + patience
     delay = 0.2
     while True:
