@@ -214,6 +214,7 @@ MonitorName = Literal[
     "judge-failures",
     "judge-latency",
     "reward-hacking",
+    "non-finite-loss",
 ]
 MONITOR_NAMES: tuple[str, ...] = MonitorName.__args__  # type: ignore[attr-defined]
 
