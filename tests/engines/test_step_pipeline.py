@@ -220,9 +220,9 @@ def test_a_non_finite_loss_fails_the_run_after_its_step_is_reported(
     reason, detail = classify_failure(raised.value, None)
     assert reason.value == "training-error"
     assert detail == (
-        f"step 2: {figure} is {shown} (the run diverged; lower the learning rate or "
-        "maxGradNorm, or start again from a snapshot taken before this step; "
-        "config.monitors.pauseOn: [non-finite-loss] pauses the run instead)"
+        f"step 2: {figure} is {shown} (the run diverged; lower the learning rate, "
+        "or start again from a snapshot taken before this step; "
+        "config.monitors.pauseOn: [non-finite-loss] pauses a grpo or gspo run instead)"
     )
 
 
@@ -236,8 +236,8 @@ def test_a_non_finite_loss_pauses_the_run_when_pause_on_names_it() -> None:
     assert pause.reason == (
         "The non-finite-loss monitor paused the run at step 3: loss was NaN (the run diverged). "
         "The snapshot of step 3 holds the diverged weights: list the earlier ones with "
-        "`akka training runs snapshots run-1` and branch from one with a lower learning rate or "
-        "maxGradNorm (`akka training runs branch run-1 --snapshot NAME --overrides changes.yaml`)."
+        "`akka training runs snapshots run-1` and branch from one with a lower learning rate "
+        "(`akka training runs branch run-1 --snapshot NAME --overrides changes.yaml`)."
     )
     action = pipeline.finish(FinishedStep(step=3, figures={"loss": math.nan}, pause=pause))
     assert action == "save-and-stop"

@@ -181,8 +181,8 @@ def diverged_reason(step: int, figure: str, value: float) -> str:
     """Why a run that diverged failed: the step, the figure, what to change."""
     return (
         f"step {step}: {figure} is {shown_number(value)} (the run diverged; lower the learning "
-        "rate or maxGradNorm, or start again from a snapshot taken before this step; "
-        f"config.monitors.pauseOn: [{NON_FINITE_LOSS}] pauses the run instead)"
+        "rate, or start again from a snapshot taken before this step; "
+        f"config.monitors.pauseOn: [{NON_FINITE_LOSS}] pauses a grpo or gspo run instead)"
     )
 
 
@@ -192,6 +192,6 @@ def diverged_pause_reason(run: str, step: int, figure: str, value: float) -> str
         f"The {NON_FINITE_LOSS} monitor paused the run at step {step}: {figure} was "
         f"{shown_number(value)} (the run diverged). The snapshot of step {step} holds the "
         "diverged weights: list the earlier ones with `akka training runs snapshots "
-        f"{run}` and branch from one with a lower learning rate or maxGradNorm (`akka training "
+        f"{run}` and branch from one with a lower learning rate (`akka training "
         f"runs branch {run} --snapshot NAME --overrides changes.yaml`)."
     )
