@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import random
 import string
 import subprocess
@@ -17,6 +18,7 @@ from akka_training.cli.output import (
     _grid,
     _print,
     details,
+    emit,
     plain_lines,
     rich_grid,
     table,
@@ -265,3 +267,14 @@ def test_a_terminal_gets_from_plain_lines_what_rich_writes_to_it(
                 ours = _printed(monkeypatch, _grid, grid, "  ", header)
                 theirs = _printed(monkeypatch, _print, rich_grid(grid, header), "  ")
                 assert ours == theirs, (grid, width, header)
+
+
+def test_a_non_finite_figure_prints_as_the_service_sends_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table(["STEP", "LOSS", "GRAD_NORM"], [[2, float("nan"), float("-inf")]])
+    assert capsys.readouterr().out.split() == ["STEP", "LOSS", "GRAD_NORM", "2", "NaN", "-Infinity"]
+    # -o json: JSON has no NaN, so the text (what a JSON reader of the API gets too).
+    monkeypatch.setattr(state, "output", "json")
+    emit({"loss": float("nan"), "reward": float("inf")}, print)
+    assert json.loads(capsys.readouterr().out) == {"loss": "NaN", "reward": "Infinity"}

@@ -34,3 +34,10 @@ def test_a_reinforcement_step_shows_its_reward_and_each_terms_share() -> None:
     )
     # The last step has no time left to show.
     assert step_text(line) == "step 30 of 30  reward 0.412 (correct 0.25, format 0.163)"
+
+
+def test_a_step_whose_loss_is_nan_says_so() -> None:
+    line = RunProgressLine.model_validate(
+        {"type": "progress", "phase": "TRAINING", "step": 2, "totalSteps": 4, "loss": "NaN"}
+    )
+    assert step_text(line).startswith("step 2 of 4  loss NaN")

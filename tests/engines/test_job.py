@@ -20,7 +20,7 @@ from tests.engines.rows import chat_rows
 pytestmark = pytest.mark.slow
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-SFT = {
+SFT: dict[str, Any] = {
     "method": "sft",
     "maxSeqLength": 64,
     "hyperparams": {"lora": {"rank": 4}, "training": {"maxSteps": 6, "batchSize": 2}},
@@ -175,3 +175,55 @@ def test_the_entry_point_refuses_to_run_without_its_token(tmp_path: Path) -> Non
 
     assert done.returncode == 2
     assert "AKKA_JOB_TOKEN" in done.stderr
+
+
+# Runs the entry point with the reporter's sending thread raising at the report of step 2, as
+# it did when a NaN figure could not be written as JSON.
+REPORTER_DIES = textwrap.dedent(
+    """
+    import runpy, sys
+    from akka_training.engines import reporter
+    send = reporter.HttpReporter._send_waiting
+    def failing(self, waiting):
+        if any(kind == "steps" and body["step"] >= 2 for kind, body, _ in waiting):
+            raise ValueError("Out of range float values are not JSON compliant")
+        return send(self, waiting)
+    reporter.HttpReporter._send_waiting = failing
+    sys.argv = ["akka_training.engines.job", sys.argv[1]]
+    runpy.run_module("akka_training.engines.job", run_name="__main__")
+    """
+)
+
+
+def test_a_job_whose_reporter_dies_ends_itself_and_reports_the_failure(
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+) -> None:
+    spec = make_spec(
+        model=catalog["tiny-chat"],
+        dataset=put_dataset(store, "maths", chat_rows(12)),
+        config={**SFT, "hyperparams": {**SFT["hyperparams"], "training": {"maxSteps": 40}}},
+        trainer_url=report_server.url,
+        store=store,
+    )
+    job_json = tmp_path / "job.json"
+    job_json.write_text(spec.model_dump_json(by_alias=True))
+
+    done = subprocess.run(
+        [sys.executable, "-c", REPORTER_DIES, str(job_json)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(SRC), "AKKA_JOB_TOKEN": TOKEN},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert report_server.kinds()[-1] == "failed"
+    failed = report_server.of("failed")[0]
+    assert failed["code"] == "training-error"
+    assert (
+        "the job's reporting thread failed (ValueError: Out of range float values are not "
+        "JSON compliant), so the trainer could no longer hear of its steps; the job ended itself"
+    ) in failed["detail"]
+    # It stopped at the end of the step it was in, not at the end of its 40 steps.
+    assert "after step 40" not in failed["detail"]

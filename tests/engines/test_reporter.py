@@ -5,6 +5,7 @@ have done what that set off) before it looks."""
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 from collections.abc import Iterator
@@ -324,3 +325,22 @@ def test_steps_do_not_wait_on_a_service_that_hangs(
         assert len(taken) <= 2
     finally:
         reporter.close()
+
+
+def test_a_non_finite_figure_goes_as_its_text_and_the_reports_after_it_go_too(
+    report_server: ReportServer,
+) -> None:
+    # JSON has no NaN: a diverging run's loss goes as "NaN", and the reporting goes on.
+    reporter = HttpReporter(report_server.url, "run-1", 1, "token", heartbeat_seconds=60)
+    try:
+        figures = {"loss": math.nan, "grad_norm": math.inf, "reward/min": -math.inf}
+        reporter.report_step(StepReport(step=1, total_steps=2, metrics=figures))
+        reporter.report_step(StepReport(step=2, total_steps=2, metrics={"loss": 1.0}))
+        reporter.flush(timeout=10)
+    finally:
+        reporter.close()
+    first, second = report_server.of("steps")
+    assert first["metrics"] == {"loss": "NaN", "grad_norm": "Infinity", "reward/min": "-Infinity"}
+    assert second["metrics"] == {"loss": 1.0}
+    # The service reads the texts back as the numbers they name.
+    assert math.isnan(StepReport.model_validate(first).metrics["loss"])

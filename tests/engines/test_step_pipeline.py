@@ -3,14 +3,18 @@ parts a job lacks as null objects, and a directive only the reporter changes."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from akka_training.blobstore import LocalBlobStore
 from akka_training.core.clock import ManualClock
 from akka_training.core.reports import Action, MonitorPause, SnapshotReport, StepReport
 from akka_training.engines.context import JobContext
+from akka_training.engines.failures import Diverged, classify_failure
 from akka_training.engines.reporter import HttpReporter
 from akka_training.engines.step_pipeline import FinishedStep, StepPipeline, StepSpan
 from akka_training.rewards.rollouts import Rollout
@@ -191,6 +195,63 @@ def test_a_tripped_monitor_asks_for_a_save_and_its_step_report_carries_the_pause
         "direct save-and-stop",
         "report step 2 pause=True",
     ]
+
+
+@pytest.mark.parametrize(
+    ("figure", "value", "shown"),
+    [
+        ("loss", math.nan, "NaN"),
+        ("grad_norm", math.inf, "Infinity"),
+        ("policy_loss", -math.inf, "-Infinity"),
+    ],
+)
+def test_a_non_finite_loss_fails_the_run_after_its_step_is_reported(
+    figure: str, value: float, shown: str
+) -> None:
+    recorder = Recorder()
+    pipeline = pipeline_of(recorder)
+    figures = {"loss": 1.5, figure: value}
+    health, pause = pipeline.check(2, figures)
+    assert pause is None
+    with pytest.raises(Diverged) as raised:
+        pipeline.finish(FinishedStep(step=2, figures={**figures, **health}))
+    # The step, its NaN included, is reported before the run fails.
+    assert "report step 2 pause=False" in recorder.calls
+    reason, detail = classify_failure(raised.value, None)
+    assert reason.value == "training-error"
+    assert detail == (
+        f"step 2: {figure} is {shown} (the run diverged; lower the learning rate, "
+        "or start again from a snapshot taken before this step; "
+        "config.monitors.pauseOn: [non-finite-loss] pauses a grpo or gspo run instead)"
+    )
+
+
+def test_a_non_finite_loss_pauses_the_run_when_pause_on_names_it() -> None:
+    recorder = Recorder()
+    pipeline = pipeline_of(recorder)
+    pipeline.run, pipeline.pause_on_diverged = "run-1", True
+    _health, pause = pipeline.check(3, {"loss": math.nan})
+    assert pause is not None
+    assert (pause.monitor, pause.figure, pause.step) == ("non-finite-loss", "loss", 3)
+    assert pause.reason == (
+        "The non-finite-loss monitor paused the run at step 3: loss was NaN (the run diverged). "
+        "The snapshot of step 3 holds the diverged weights: list the earlier ones with "
+        "`akka training runs snapshots run-1` and branch from one with a lower learning rate "
+        "(`akka training runs branch run-1 --snapshot NAME --overrides changes.yaml`)."
+    )
+    action = pipeline.finish(FinishedStep(step=3, figures={"loss": math.nan}, pause=pause))
+    assert action == "save-and-stop"
+    assert recorder.calls[:3] == [
+        "monitors see step 3",
+        "direct save-and-stop",
+        "report step 3 pause=True",
+    ]
+
+
+def test_finite_losses_go_on() -> None:
+    pipeline = pipeline_of(Recorder())
+    figures = {"loss": 1e30, "grad_norm": 0.0, "reward/min": math.nan}  # not a loss
+    assert pipeline.finish(FinishedStep(step=1, figures=figures)) == "continue"
 
 
 def test_a_monitor_that_trips_after_a_cancel_leaves_the_stop(report_server: ReportServer) -> None:

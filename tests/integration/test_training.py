@@ -16,6 +16,7 @@ import jwt
 import pytest
 import torch
 from peft import PeftModel
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, BatchEncoding
 
 from akka_training.devmodels.catalog import read_catalog
@@ -481,3 +482,32 @@ def test_a_job_over_its_host_memory_fails_with_the_host_memory_reason(
     failed = wait_phase(t, run_id, "FAILED", timeout=300)
     assert failed.failure is not None and failed.failure.code == "host-oom"
     assert "ran out of host memory" in failed.failure.first_line
+
+
+def test_a_run_that_diverges_fails_at_the_step_whose_loss_is_nan(trainer: TrainerProcess) -> None:
+    # Within the plan's bounds the tiny model does not diverge: the run warm-starts from an
+    # adapter whose weights are scaled to about 1e30, so real training overflows at once.
+    source = run_to_end(trainer, sft_plan(steps=2))
+    assert source["phase"] == "COMPLETED"
+    scaled = 0
+    for weights in (trainer.home / "blobs" / "runs" / source["id"]).rglob("*.safetensors"):
+        tensors = load_file(weights)
+        save_file({name: t * 1e30 for name, t in tensors.items()}, weights)
+        scaled += 1
+    assert scaled > 0
+    path = write_plan(trainer, {**sft_plan(steps=4), "source": {"run": source["id"]}})
+    run_id = trainer.cli_json("training", "runs", "start", "-f", str(path))["id"]
+    waited = trainer.cli("training", "runs", "wait", run_id, check=False, timeout=300)
+    assert "step 1 of 4  loss NaN" in waited.stdout
+    run = trainer.cli_json("training", "runs", "get", run_id)
+    assert run["failure"]["code"] == "training-error"
+    assert (
+        "step 1: loss is NaN (the run diverged; lower the learning rate"
+        in (run["failure"]["reason"])
+    )
+    # The step that diverged is kept, its loss as NaN, and nothing after it.
+    metrics = trainer.cli_json("training", "runs", "metrics", run["id"])
+    assert [s["step"] for s in metrics["steps"]] == [1]
+    assert metrics["steps"][0]["loss"] == "NaN"
+    table = trainer.cli("training", "runs", "metrics", run["id"], "--fields", "loss").stdout
+    assert table.split() == ["STEP", "LOSS", "1", "NaN"]

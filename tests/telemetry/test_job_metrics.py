@@ -339,3 +339,15 @@ def test_a_job_in_kubernetes_carries_the_opentelemetry_k8s_attributes(
     assert resource["k8s.pod.name"] == resource[c.POD] == "ray-worker-x"
     assert resource["k8s.node.name"] == resource[c.NODE] == "gpu-7"
     assert resource["k8s.namespace.name"] == "training"
+
+
+def test_the_step_counter_s_zero_is_exported_when_training_begins(
+    job: JobTelemetry, receiver: OtlpReceiver
+) -> None:
+    # Not with the first periodic export (an hour here), which comes after the first steps:
+    # Prometheus' increase() needs the 0 before them.
+    job.training("sft")
+    count = receiver.wait_for_metric(P + "sft.step.count")
+    assert count.points[0].value == 0
+    phase = receiver.wait_for_metric(P + "job.phase")
+    assert phase.require_point({c.RUN_PHASE: "TRAINING"}).value == 1

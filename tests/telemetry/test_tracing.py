@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -84,3 +85,19 @@ def test_spans_outside_the_catalog_are_refused_and_errors_are_recorded(
     submitted = receiver.wait_for_span(P + "run.submit")
     assert submitted.status_code == 2  # STATUS_CODE_ERROR
     assert submitted.parent_span_id is None
+
+
+def test_span_ids_do_not_repeat_across_jobs_that_seed_random_alike() -> None:
+    # Every job seeds Python's `random` with its plan's seed (42 by default); ids drawn from
+    # it repeated across jobs, and Tempo put one job's spans under another's.
+    ids = []
+    for _ in range(2):
+        random.seed(42)
+        tracing = Tracing(SERVICE, {}, None)
+        try:
+            with tracing.span(P + "job") as span:
+                context = span.get_span_context()
+                ids.append((context.trace_id, context.span_id))
+        finally:
+            tracing.shutdown()
+    assert ids[0][0] != ids[1][0] and ids[0][1] != ids[1][1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import shutil
 import sys
@@ -29,7 +30,10 @@ def emit(data: T, text: Callable[[T], object]) -> None:
     them) as the chosen output format; `text` prints it for people."""
     fmt = state.output
     if fmt == "json":
-        sys.stdout.write(json.dumps(plain(data), indent=2, default=str) + "\n")
+        # A non-finite figure (a NaN loss) as the service sent it, "NaN": JSON has no NaN.
+        from akka_training.core.figures import json_safe
+
+        sys.stdout.write(json.dumps(json_safe(plain(data)), indent=2, default=str) + "\n")
     elif fmt == "yaml":
         import yaml
 
@@ -91,6 +95,8 @@ def cell(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
+        if not math.isfinite(value):  # as JSON readers spell it, and as -o json prints it
+            return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
         return f"{value:.4g}"
     if isinstance(value, list | tuple):
         return ", ".join(cell(v) for v in value) or "-"

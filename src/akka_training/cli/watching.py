@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from akka_training.cli.output import duration
+from akka_training.cli.output import cell, duration
 
 if TYPE_CHECKING:
     from akka_training.api.runs import RunEventLine, RunProgressLine
@@ -20,7 +20,7 @@ def step_text(line: RunProgressLine) -> str:
     """One step as a person reads it."""
     text = f"step {line.step}" + (f" of {line.total_steps}" if line.total_steps else "")
     if line.loss is not None:
-        text += f"  loss {line.loss:.4g}"
+        text += f"  loss {cell(line.loss)}"
     if line.reward is not None:
         text += f"  reward {line.reward:.3g}"
         if line.terms:

@@ -57,7 +57,7 @@ class PassAtKMetric(PlanModel):
     name: Name = Field("pass@k", min_length=1)
     term: Name
     k: Int | None = Field(None, ge=1, le=64)  # samplesPerPrompt when unset
-    threshold: Number = 1.0
+    threshold: Number = Field(1.0, ge=-1_000_000, le=1_000_000)  # as a term's weight
 
 
 Metric = Annotated[

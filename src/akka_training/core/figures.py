@@ -6,17 +6,44 @@ The names are the job's (`telemetry.figures` maps each to its metric; docs/obser
 lists them). `Figures` types the ones the service reads itself, and reads the families whose
 names carry a part (``memory/<part>``, ``terms/<term>/share_mean``, ``health/...``) by their
 prefix, so no reader spells a figure's name.
+
+A figure need not be finite: a diverging run's loss is NaN. JSON has no such numbers, so a
+non-finite figure travels and is kept as the text ``"NaN"``, ``"Infinity"`` or
+``"-Infinity"`` (`json_safe`: the job's reports, the service's columns and answers); pydantic
+reads those texts back as the floats they name.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from akka_training.core.monitors import WATCHED
 
-__all__ = ["Figures"]
+__all__ = ["Figures", "json_safe", "non_finite_text"]
+
+
+def non_finite_text(value: float) -> str:
+    """A non-finite number as JSON-minded readers (JavaScript, pydantic) spell it."""
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every non-finite float, at any depth of dicts, lists and tuples, as its
+    text (`non_finite_text`), so that strict JSON (``allow_nan=False``, Postgres) takes it.
+    Anything else is returned as it is."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else non_finite_text(value)
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
 
 
 class Figures(BaseModel):

@@ -30,6 +30,14 @@ MAX_TOKEN_PROJECTS = 256
 
 # Other numbers with a sense of scale.
 MAX_EPOCHS = 10_000
+# Hyperparameters past these are mistakes, not experiments: a learning rate of 1e308 made a
+# run's gradients NaN at its second step (docs/start-a-run.md lists them).
+MAX_LEARNING_RATE = 1.0
+MAX_WEIGHT_DECAY = 1.0
+MAX_TEMPERATURE = 10.0
+MAX_KL_BETA = 10.0
+MAX_CLIP_LOW = 1.0  # the ratio's floor is 1 - low
+MAX_CLIP_HIGH = 10.0
 MAX_TOKEN_DAYS = 3650  # ten years: a token's expiry must stay a date
 # An hour: a token that expires sooner would be expired before anyone could use it.
 MIN_TOKEN_DAYS = 1 / 24

@@ -3,10 +3,16 @@
 The job computes the figures (`akka_training.rewards.health`), the service shows them in
 `runs get` (its Health section) and the job pauses a run on the monitors a plan names in
 ``config.monitors.pauseOn``. Both read the definitions here, so the section and the pause agree.
+
+One condition is not a threshold: ``non-finite-loss``, a loss or gradient norm that is NaN or
+infinite (`non_finite_loss`). The run diverged; every later step would train on NaN weights.
+The step pipeline fails the run at that step, naming the step and the figure, or pauses it
+when ``config.monitors.pauseOn`` names ``non-finite-loss`` (a grpo or gspo run).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -143,4 +149,49 @@ def pause_reason(run: str, verdict: Verdict, step: int, steps: int) -> str:
         f"{verdict.spec.figure} was {describe(verdict)}{held} ({verdict.spec.what}). "
         f"Inspect the rollouts with `akka training runs rollouts {run} --step {step}`, then "
         f"`akka training runs resume {run}`, or branch from the snapshot with other settings."
+    )
+
+
+NON_FINITE_LOSS = "non-finite-loss"
+# The figures whose NaN or infinity means the run diverged, as the engines name them: the
+# training loss (TRL), the policy loss (verl) and the gradient's norm (both).
+LOSS_FIGURES: tuple[str, ...] = ("loss", "policy_loss", "grad_norm")
+
+
+def non_finite_loss(figures: Mapping[str, float]) -> tuple[str, float] | None:
+    """The first of `LOSS_FIGURES` that is NaN or infinite in a step's figures, and its value;
+    None when every one there is finite."""
+    for name in LOSS_FIGURES:
+        value = figures.get(name)
+        if value is not None and not math.isfinite(value):
+            return name, float(value)
+    return None
+
+
+def shown_number(value: float) -> str:
+    """``NaN``, ``Infinity``, ``-Infinity``, or the number (as a run's figures show them)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return f"{value:.4g}"
+
+
+def diverged_reason(step: int, figure: str, value: float) -> str:
+    """Why a run that diverged failed: the step, the figure, what to change."""
+    return (
+        f"step {step}: {figure} is {shown_number(value)} (the run diverged; lower the learning "
+        "rate, or start again from a snapshot taken before this step; "
+        f"config.monitors.pauseOn: [{NON_FINITE_LOSS}] pauses a grpo or gspo run instead)"
+    )
+
+
+def diverged_pause_reason(run: str, step: int, figure: str, value: float) -> str:
+    """What a run paused by ``non-finite-loss`` says."""
+    return (
+        f"The {NON_FINITE_LOSS} monitor paused the run at step {step}: {figure} was "
+        f"{shown_number(value)} (the run diverged). The snapshot of step {step} holds the "
+        "diverged weights: list the earlier ones with `akka training runs snapshots "
+        f"{run}` and branch from one with a lower learning rate (`akka training "
+        f"runs branch {run} --snapshot NAME --overrides changes.yaml`)."
     )

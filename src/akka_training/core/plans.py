@@ -69,8 +69,8 @@ class Lora(PlanModel):
 
 
 class SftOptimizer(PlanModel):
-    learning_rate: Number = Field(1.0e-4, gt=0)
-    weight_decay: Number = Field(0.0, ge=0)
+    learning_rate: Number = Field(1.0e-4, gt=0, le=limits.MAX_LEARNING_RATE)
+    weight_decay: Number = Field(0.0, ge=0, le=limits.MAX_WEIGHT_DECAY)
     warmup_ratio: Number = Field(0.0, ge=0, le=1)
 
 
@@ -89,13 +89,13 @@ class SftHyperparams(PlanModel):
 
 
 class Clip(PlanModel):
-    low: Number = Field(0.2, ge=0)
-    high: Number = Field(0.28, ge=0)
+    low: Number = Field(0.2, ge=0, le=limits.MAX_CLIP_LOW)
+    high: Number = Field(0.28, ge=0, le=limits.MAX_CLIP_HIGH)
 
 
 class RlOptimizer(PlanModel):
-    learning_rate: Number = Field(1.0e-5, gt=0)
-    weight_decay: Number = Field(0.0, ge=0)
+    learning_rate: Number = Field(1.0e-5, gt=0, le=limits.MAX_LEARNING_RATE)
+    weight_decay: Number = Field(0.0, ge=0, le=limits.MAX_WEIGHT_DECAY)
     warmup_ratio: Number = Field(0.0, ge=0, le=1)
 
 
@@ -108,8 +108,8 @@ class RlHyperparams(PlanModel):
     prompts_per_step: Int = Field(8, ge=1, le=limits.INT32_MAX)
     generations_per_prompt: Int = Field(8, ge=1, le=limits.INT32_MAX)
     max_completion_tokens: Int = Field(512, ge=1, le=limits.INT32_MAX)
-    temperature: Number = Field(1.0, gt=0)
-    kl_beta: Number = Field(0.0, ge=0)
+    temperature: Number = Field(1.0, gt=0, le=limits.MAX_TEMPERATURE)
+    kl_beta: Number = Field(0.0, ge=0, le=limits.MAX_KL_BETA)
     # None: the method's clip range (GRPO 0.2/0.28, GSPO 3e-4/4e-4), filled by defaults.
     clip: Clip | None = None
     lora: Lora = Field(default_factory=Lora)
@@ -214,6 +214,7 @@ MonitorName = Literal[
     "judge-failures",
     "judge-latency",
     "reward-hacking",
+    "non-finite-loss",
 ]
 MONITOR_NAMES: tuple[str, ...] = MonitorName.__args__  # type: ignore[attr-defined]
 
@@ -340,7 +341,7 @@ class StageGate(PlanModel):
     `min`."""
 
     metric: Name
-    min: Number
+    min: Number = Field(ge=-1_000_000, le=1_000_000)  # as a term's weight
 
 
 class EvaluateStage(PlanModel):

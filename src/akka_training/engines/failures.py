@@ -51,6 +51,11 @@ class JobError(Exception):
         return str(self)
 
 
+class Diverged(JobError):
+    """A step's loss or gradient norm is NaN or infinite (`core.monitors.non_finite_loss`): the
+    detail names the step, the figure and what to change."""
+
+
 class StorageFull(JobError):
     """A write to the blob store (or the job's own disk) found no space left."""
 

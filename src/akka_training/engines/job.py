@@ -18,8 +18,10 @@ directory is the attempt's job directory (artifacts go under ``./artifacts``). O
 3. end (`run_engine`, the same for every engine): report `stopped` when the engine was told to
    stop, or save the final adapter (upload its directory, or take the key the engine left in the
    store) and report `finished`; an exception is reported as `failed` with its failure reason
-   and detail (`failures.classify_failure`) and the job exits non-zero. Exactly one end report
-   per attempt, and none when the service has moved on from it;
+   and detail (`failures.classify_failure`) and the job exits non-zero. A reporter whose thread
+   died (`reporter.ReporterDied`) held a stop: the engine stopped at the end of its step, and
+   the job reports that failure and exits non-zero rather than train on unheard. Exactly one
+   end report per attempt, and none when the service has moved on from it;
 4. cleanup: stop the watchdog, flush the telemetry, and keep the attempt's TensorBoard files
    with the run in the store (``runs/<run>/attempts/<n>/tensorboard/``).
 
@@ -131,6 +133,8 @@ def run_engine(job: JobContext, engine: Engine) -> int:
     or stopped, 1 failed). Every engine ends through here."""
     try:
         outcome = engine.run(job)
+        # A reporter whose thread died held a stop: the job fails, saying why.
+        job.reporter.check()
         if outcome.stopped:
             job.reporter.stopped(StoppedReport(step=outcome.step))
             _track_end(job, "KILLED")

@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 
 from akka_training.core.clock import SYSTEM_CLOCK, Clock
+from akka_training.core.figures import json_safe
 from akka_training.core.reports import (
     ACTION_RANK,
     BATCH_LIMIT,
@@ -74,6 +75,11 @@ class ReportNotDelivered(Exception):
     pass
 
 
+class ReporterDied(Exception):
+    """A thread of the reporter raised: the job can no longer tell the service how it goes,
+    and ends itself (`HttpReporter.check`) rather than train on unseen."""
+
+
 def deliver(
     client: httpx.Client,
     url: str,
@@ -85,7 +91,9 @@ def deliver(
     """POST a report until the service takes it, and return the service's answer: one below
     300, or a 409 (the sender is no longer the one the service knows). Connection errors and
     5xx answers are retried with back-off for `patience` seconds of `clock`; a refusal, a
-    request that cannot be sent, or spent patience raise `ReportNotDelivered`."""
+    request that cannot be sent, or spent patience raise `ReportNotDelivered`. A figure that is
+    not finite (a NaN loss) goes as its text (`core.figures.json_safe`)."""
+    body = json_safe(body)
     deadline = clock.monotonic() + patience
     delay = 0.2
     while True:
@@ -158,9 +166,11 @@ class HttpReporter:
         # wait for the next one, the reporter's threads still ask.
         self._silent = False
         self._round_trip = 0.0
-        self._sender = threading.Thread(target=self._send_loop, name="akka-reporter", daemon=True)
-        self._beater = threading.Thread(target=self._beat_loop, name="akka-heartbeat", daemon=True)
-        self._asker = threading.Thread(target=self._ask_loop, name="akka-directive", daemon=True)
+        # What killed one of the reporter's threads (None: they live); see `check`.
+        self.died: ReporterDied | None = None
+        self._sender = self._thread(self._send_loop, "akka-reporter")
+        self._beater = self._thread(self._beat_loop, "akka-heartbeat")
+        self._asker = self._thread(self._ask_loop, "akka-directive")
         for thread in (self._sender, self._beater, self._asker):
             thread.start()
 
@@ -168,6 +178,13 @@ class HttpReporter:
     def action(self) -> Action:
         """The directive to obey: the strongest the service (or the job itself) gave so far."""
         return self._action
+
+    def check(self) -> None:
+        """Raise `ReporterDied` when a thread of the reporter died: the job's entry point
+        calls it when the engine returns, so that the job reports its failure and exits
+        rather than living on with nobody hearing of its steps."""
+        if self.died is not None:
+            raise self.died
 
     def on_directive(self, listener: Callable[[Action], None]) -> None:
         """Call `listener` with each new directive (from the reporting thread)."""
@@ -293,6 +310,7 @@ class HttpReporter:
         self._queue.put(_SEND_NOW)  # reports waiting for their turn go now
         if not self._queue.drained(timeout):
             raise ReportNotDelivered("reports still queued")
+        self.check()
 
     def close(self) -> None:
         self._closed.set()
@@ -310,13 +328,35 @@ class HttpReporter:
         self._queue.put((kind, body, self._clock.monotonic()))
 
     def _final(self, kind: str, body: dict[str, Any]) -> None:
-        self.flush(timeout=self._patience)
+        if self.died is None:  # with its sender dead, the queue never drains: go on at once
+            self.flush(timeout=self._patience)
         self._closed.set()
         with self._ahead:
             self._ask_at = None  # no question after the end report
             self._ahead.notify_all()
         if not self.stale:
             self._post(kind, body)
+
+    def _thread(self, loop: Callable[[], None], name: str) -> threading.Thread:
+        """A thread of the reporter running `loop`: should `loop` raise, the reporter keeps
+        what it raised (`check`) and holds a ``stop``, so the training loop stops at the end
+        of its step and the job ends itself (the service would otherwise see a live job that
+        reports nothing, stalled for ever)."""
+
+        def guarded() -> None:
+            try:
+                loop()
+            except BaseException as exc:
+                log.exception("the job's reporter failed in its thread %s", name)
+                self.died = ReporterDied(
+                    f"the job's reporting thread failed ({type(exc).__name__}: {exc}), so the "
+                    "trainer could no longer hear of its steps; the job ended itself"
+                    + ("" if self.step is None else f" after step {self.step}")
+                )
+                self._queue.abandon()  # nobody sends them now: a flush waits for none
+                self._take("stop")
+
+        return threading.Thread(target=guarded, name=name, daemon=True)
 
     def _send_loop(self) -> None:
         waiting: list[_Queued] = []  # step, rollout and snapshot reports to go as one
@@ -504,6 +544,7 @@ class _Outbox:
     def __init__(self, clock: Clock) -> None:
         self._items: deque[_Queued | None] = deque()
         self._unfinished = 0
+        self._abandoned = False
         self._changed = clock.condition()
 
     def put(self, item: _Queued | None) -> None:
@@ -525,10 +566,17 @@ class _Outbox:
             self._unfinished -= 1
             self._changed.notify_all()
 
-    def drained(self, timeout: float | None) -> bool:
-        """Wait up to `timeout` seconds until every item put was done; whether it was."""
+    def abandon(self) -> None:
+        """The sending thread died: nothing will be done any more, and nobody waits for it."""
         with self._changed:
-            return self._changed.wait_for(lambda: self._unfinished == 0, timeout)
+            self._abandoned = True
+            self._changed.notify_all()
+
+    def drained(self, timeout: float | None) -> bool:
+        """Wait up to `timeout` seconds until every item put was done (or abandoned); whether
+        it was."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._unfinished == 0 or self._abandoned, timeout)
 
 
 # Put on the queue by `flush`: the step reports waiting to be sent go at once.

@@ -11,7 +11,9 @@ the verl engine (`verl.engine`)::
 
 1. `check`: the health monitors see the step's figures and add theirs; a monitor that trips
    asks the reporter for a save-and-stop (`HttpReporter.direct`: a stop the service gave stays
-   a stop), and the step's report carries its pause. It comes before the engine decides
+   a stop), and the step's report carries its pause. A loss or gradient norm that is NaN or
+   infinite (``non-finite-loss``, `core.monitors.non_finite_loss`) pauses the run the same way
+   when ``config.monitors.pauseOn`` names it, in every method. It comes before the engine decides
    whether the step saves: a monitor's pause saves a snapshot at the step it tripped at (TRL),
    or at the end of the step the engine is in (verl).
 2. the step's report: its figures and its pause;
@@ -24,7 +26,9 @@ the verl engine (`verl.engine`)::
    stored (a snapshot never refers to rollouts that could be lost);
 6. the stall watchdog hears that a step completed;
 7. the trace: the step's span, its phases under it;
-8. the directive the engine obeys now: the reporter's.
+8. the directive the engine obeys now: the reporter's; or, when the step's loss or gradient
+   norm is NaN or infinite and nothing paused the run, `failures.Diverged`, naming the step and
+   the figure, which fails the run (the step's report, with its figures, goes first).
 
 The parts a job may not have (the health monitors of an SFT run, rollout files, telemetry,
 spans, the stall watchdog) are null objects: `for_job` puts them where the job has none, and
@@ -34,13 +38,21 @@ the steps above call every part alike.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from akka_training.core.monitors import (
+    NON_FINITE_LOSS,
+    diverged_pause_reason,
+    diverged_reason,
+    non_finite_loss,
+)
 from akka_training.core.reports import Action, MonitorPause, SnapshotReport, StepReport
 from akka_training.engines.context import JobContext
+from akka_training.engines.failures import Diverged
 from akka_training.rewards.figures import histogram_values
 from akka_training.rewards.rollouts import Rollout
 from akka_training.rewards.scoring import ScoreStats
@@ -241,6 +253,9 @@ class StepPipeline:
     watchdog: Watchdog = field(default_factory=NoWatchdog)
     # When the job started (time.time()): the job's preparation span ends where training begins.
     started_at: float | None = None
+    # The run's id, for the sentences it shows; whether its plan pauses on non-finite-loss.
+    run: str = ""
+    pause_on_diverged: bool = False
 
     @classmethod
     def for_job(
@@ -253,6 +268,7 @@ class StepPipeline:
         rollouts: RolloutFiles | None = None,
     ) -> StepPipeline:
         """The pipeline of `job`'s steps: its reporter, and each part it has (or a null one)."""
+        watching = job.spec.settings.config.monitors
         return cls(
             reporter=job.reporter,
             kind=kind,
@@ -263,6 +279,8 @@ class StepPipeline:
             tracing=job.tracing or NoTracing(),
             watchdog=job.watchdog or NoWatchdog(),
             started_at=job.started_at,
+            run=job.spec.run_id,
+            pause_on_diverged=watching is not None and NON_FINITE_LOSS in watching.pause_on,
         )
 
     def begin(self) -> None:
@@ -280,6 +298,17 @@ class StepPipeline:
         """1. The monitors see the step's figures: their own figures, and the pause one asks
         for (a save-and-stop asked of the reporter) or None."""
         health, pause = self.monitors.observe(step, figures)
+        diverged = non_finite_loss(figures)
+        if pause is None and diverged is not None and self.pause_on_diverged:
+            figure, value = diverged
+            pause = MonitorPause(
+                monitor=NON_FINITE_LOSS,
+                figure=figure,
+                value=value,
+                threshold=sys.float_info.max,  # past any finite number
+                step=step,
+                reason=diverged_pause_reason(self.run, step, figure, value),
+            )
         if pause is not None:
             log.warning("%s", pause.reason)
             self.reporter.direct("save-and-stop")
@@ -310,6 +339,9 @@ class StepPipeline:
         self.watchdog.progress()
         if done.span is not None:
             record_step(self.tracing, step, done.span)
+        diverged = non_finite_loss(figures)
+        if diverged is not None and done.pause is None:
+            raise Diverged(diverged_reason(step, *diverged))
         return self.reporter.action
 
 

@@ -35,6 +35,7 @@ from akka_training.server.routers import (
     system,
     tasks,
 )
+from akka_training.server.routes import FiniteJson
 from akka_training.server.services.pipelines import advance_all
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,12 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
             context.backend.close()
             context.db.dispose()
 
-    app = TrainerApp(title="akka training", version=__version__, lifespan=lifespan)
+    app = TrainerApp(
+        title="akka training",
+        version=__version__,
+        lifespan=lifespan,
+        default_response_class=FiniteJson,
+    )
     install_error_handlers(app)
     app.add_middleware(PlanBodyLimit)
     for module in ROUTERS:

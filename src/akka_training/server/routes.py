@@ -11,7 +11,10 @@ threads, and the dependency's own end finds nothing left to do.
 
 The route class also reads JSON bodies refusing a key given twice in one object (`StrictJson`):
 Python's reader keeps the last, so a plan with two `learningRate` keys trained on whichever came
-second without a word, where the same plan as YAML is refused."""
+second without a word, where the same plan as YAML is refused.
+
+Answers are written by `FiniteJson`: a non-finite figure (a diverging run's NaN loss) goes as
+its text (``"NaN"``), where Starlette's writer would raise and answer 500."""
 
 from __future__ import annotations
 
@@ -24,9 +27,17 @@ from typing import Any
 from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from akka_training.core.errors import InvalidRequest
+from akka_training.core.figures import json_safe
+
+
+class FiniteJson(JSONResponse):
+    """The service's JSON answers: a non-finite number as its text (`core.figures.json_safe`)."""
+
+    def render(self, content: Any) -> bytes:
+        return super().render(json_safe(content))
 
 
 class SessionEndingRoute(APIRoute):

@@ -19,6 +19,7 @@ was written.
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from akka_training.core.figures import json_safe
 from akka_training.storage.errors import DatabaseBusy
 from akka_training.storage.listeners import SESSION_KEY, Listeners
 
@@ -129,6 +131,12 @@ class WriteTurns:
             self._lock.release()
 
 
+def json_column(value: Any) -> str:
+    """A JSON column's text: a non-finite figure (a NaN loss) as its text, which Postgres takes
+    and every reader reads back as the number (`core.figures.json_safe`)."""
+    return json.dumps(json_safe(value), allow_nan=False)
+
+
 def normalise_url(url: str) -> str:
     """Accept postgres:// and postgresql:// URLs and use the psycopg 3 driver."""
     for prefix in ("postgres://", "postgresql://"):
@@ -143,7 +151,7 @@ def make_engine(
     pool_size: int = DEFAULT_POOL_SIZE,
     turns: WriteTurns | None = None,
 ) -> Engine:
-    kwargs: dict[str, Any] = {"future": True}
+    kwargs: dict[str, Any] = {"future": True, "json_serializer": json_column}
     if url.startswith("sqlite"):
         # SQLite's own wait covers the writers of other processes (a migration, a second service
         # on the same file); this process's writers queue in `turns` first.

@@ -155,9 +155,18 @@ class JobTelemetry:
 
     def training(self, kind: Kind) -> None:
         """The job starts training: phase TRAINING, and the kind's step counter is published
-        at 0 so a job that never completes a step is caught by the stalled-run alert."""
+        at 0 so a job that never completes a step is caught by the stalled-run alert. They
+        are exported at once, from a thread of their own (training does not wait for the
+        collector): a counter's 0 that went only with the first periodic export came after
+        the first steps, and Prometheus' ``increase()`` missed them."""
         self.phase(Phase.TRAINING)
         self._counter(kind).add(0)
+        threading.Thread(
+            target=self._provider.force_flush,
+            kwargs={"timeout_millis": 10_000},
+            name="akka-telemetry-zeros",
+            daemon=True,
+        ).start()
 
     def stalled(self, is_stalled: bool) -> None:
         """Set by the job's watchdog when no step completed within its stall limit."""

@@ -21,11 +21,17 @@ Job::
     tracing.shutdown()
 
 Without a collector endpoint spans are still created (so ``traceparent()`` works) and dropped.
+
+Span and trace ids come from the operating system's randomness (`SystemIds`), not from
+Python's `random`: a job seeds `random` with the plan's seed, and the SDK's default generator
+draws from it, so every job of the same seed gave the same ids (spans were mis-parented in
+Tempo and Jaeger).
 """
 
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +41,7 @@ from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
@@ -65,6 +72,28 @@ def job_traceparent(from_spec: str | None, env: Mapping[str, str] | None = None)
     return from_spec or env.get(TRACEPARENT_ENV) or None
 
 
+class SystemIds(IdGenerator):
+    """Span and trace ids no seeding of `random` repeats (`random.SystemRandom`: os.urandom)."""
+
+    def __init__(self) -> None:
+        self._random = random.SystemRandom()
+
+    def generate_span_id(self) -> int:
+        while True:
+            span_id = self._random.getrandbits(64)
+            if span_id != trace.INVALID_SPAN_ID:
+                return span_id
+
+    def generate_trace_id(self) -> int:
+        while True:
+            trace_id = self._random.getrandbits(128)
+            if trace_id != trace.INVALID_TRACE_ID:
+                return trace_id
+
+    def is_trace_id_random(self) -> bool:
+        return True
+
+
 class Tracing:
     """A tracer provider for this process (never installed globally), exporting over OTLP/HTTP
     when `collector_endpoint` is set. Span names must be in the catalog."""
@@ -78,7 +107,9 @@ class Tracing:
         exporter: SpanExporter | None = None,
         schedule_delay_s: float = 2.0,
     ) -> None:
-        self._provider = TracerProvider(resource=make_resource(service_name, resource_attrs))
+        self._provider = TracerProvider(
+            resource=make_resource(service_name, resource_attrs), id_generator=SystemIds()
+        )
         if exporter is None and collector_endpoint:
             exporter = OTLPSpanExporter(endpoint=otlp_url(collector_endpoint, "traces"))
         if exporter is not None:

@@ -11,6 +11,7 @@ names with synthetic values: see ``fixtures/make_fixtures.py``, which
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -80,10 +81,19 @@ def test_reward_timing_and_validation_when_verl_logs_them() -> None:
         {
             "timing_s/reward": 0.5,
             "val-core/maths/train/reward/mean@1": 0.75,
-            "actor/pg_loss": float("nan"),
+            "actor/entropy": float("nan"),
         }
     )
     assert figures == {"timing/reward": 0.5, "eval/reward/mean": 0.75}
+
+
+def test_a_non_finite_loss_is_kept_as_the_run_diverged() -> None:
+    # The step pipeline fails (or pauses) the run on it; other non-finite figures are dropped.
+    figures = step_figures(
+        {"actor/pg_loss": float("nan"), "actor/grad_norm": float("inf"), "actor/entropy": 1.0}
+    )
+    assert math.isnan(figures["policy_loss"])
+    assert figures["grad_norm"] == math.inf
 
 
 def test_tail_returns_new_complete_steps_only(tmp_path: Path) -> None:

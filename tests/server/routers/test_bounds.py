@@ -87,6 +87,41 @@ def test_a_model_name_and_a_description_longer_than_their_columns_are_refused(
     assert api.get("/v1/runs").json() == []
 
 
+def test_absurd_hyperparameters_are_refused_all_at_once(api: httpx.Client, dataset: Any) -> None:
+    # A learning rate of 1e308 was accepted, and the run's gradients were NaN at step 2.
+    sft = sft_plan(config={"hyperparams": {"optimizer": {"learningRate": 1e308, "weightDecay": 2}}})
+    assert problems(dry_run(api, sft)) == [
+        (
+            "config.hyperparams.optimizer.learningRate",
+            "config.hyperparams.optimizer.learningRate is 1e+308; set it to at most 1.",
+        ),
+        (
+            "config.hyperparams.optimizer.weightDecay",
+            "config.hyperparams.optimizer.weightDecay is 2; set it to at most 1.",
+        ),
+    ]
+    grpo = grpo_plan()
+    grpo["config"]["rlHyperparams"] |= {
+        "optimizer": {"learningRate": 5},
+        "temperature": 100,
+        "klBeta": 1e9,
+        "clip": {"low": 1.5, "high": 20},
+    }
+    field = "config.rlHyperparams"
+    assert problems(dry_run(api, grpo)) == [
+        (f"{field}.temperature", f"{field}.temperature is 100; set it to at most 10."),
+        (f"{field}.klBeta", f"{field}.klBeta is 1e+09; set it to at most 10."),
+        (f"{field}.clip.low", f"{field}.clip.low is 1.5; set it to at most 1."),
+        (f"{field}.clip.high", f"{field}.clip.high is 20; set it to at most 10."),
+        (
+            f"{field}.optimizer.learningRate",
+            f"{field}.optimizer.learningRate is 5; set it to at most 1.",
+        ),
+    ]
+    at_the_bounds = sft_plan(config={"hyperparams": {"optimizer": {"learningRate": 1}}})
+    assert dry_run(api, at_the_bounds).status_code == 200
+
+
 def test_nan_in_a_json_body_is_refused(api: httpx.Client, dataset: Any) -> None:
     # Python's JSON reader takes NaN; the plan may not hold it.
     body = json.dumps(grpo_plan()).replace('"generationsPerPrompt": 2', '"temperature": NaN')

@@ -580,3 +580,18 @@ def _job_of_a_new_run(
     base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
     assert job.post(f"{base}/started", json={"placement": {"host": "h", "pid": 1}}).is_success
     return run_id, job, base
+
+
+def test_non_finite_figures_are_kept_and_served_as_their_text(
+    api: httpx.Client, dataset: Any, trainer: InProcessTrainer
+) -> None:
+    # A diverging run's figures: the job sends them as text (JSON has no NaN), and the
+    # service keeps them (Postgres refuses a NaN in JSON) and answers them as they came.
+    run_id, job, base = _job_of_a_new_run(api, trainer)
+    metrics = {"loss": "NaN", "grad_norm": "Infinity", "reward/min": "-Infinity", "tokens": 8.0}
+    assert job.post(f"{base}/steps", json={"step": 1, "metrics": metrics}).is_success
+    (kept,) = api.get(f"/v1/runs/{run_id}/metrics").json()["steps"]
+    assert {k: kept[k] for k in metrics} == metrics
+    run = api.get(f"/v1/runs/{run_id}")
+    assert run.status_code == 200
+    assert run.json()["results"]["trainingLoss"] == "NaN"

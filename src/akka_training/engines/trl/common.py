@@ -54,10 +54,13 @@ def precision_args(settings: Settings, device: torch.device) -> dict[str, Any]:
 def common_args(job: JobContext, device: torch.device) -> dict[str, Any]:
     """Arguments every TRL run of a job sets: per-step logging (TRL's default of 10 averages
     figures over ten steps), no checkpoints of the trainer's own (the engine decides when to
-    save), no report sinks, the plan's seed."""
+    save), no report sinks, the plan's seed. A NaN or infinite loss is logged as it is (TRL
+    would put the mean of the earlier losses in its place), so the step pipeline sees a
+    diverged run (`core.monitors.NON_FINITE_LOSS`)."""
     return {
         "output_dir": str(job.workdir / "checkpoints"),
         "logging_steps": 1,
+        "logging_nan_inf_filter": False,
         "save_strategy": "no",
         "report_to": [],
         "disable_tqdm": True,

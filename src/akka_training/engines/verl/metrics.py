@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from akka_training.core.monitors import LOSS_FIGURES
+
 GIB = float(1 << 30)
 
 # Figures copied from one verl name each.
@@ -96,7 +98,8 @@ def step_figures(data: dict[str, Any]) -> dict[str, float]:
     """Our flat figures from one step's verl metrics (names verl does not log are absent)."""
     figures: dict[str, float] = {}
     for source, name in RENAMED.items():
-        value = _number(data.get(source))
+        # A NaN loss is a run that diverged (`core.monitors.non_finite_loss`): it is kept.
+        value = _number(data.get(source), finite=name not in LOSS_FIGURES)
         if value is not None:
             figures[name] = value
     for name, sources in MEMORY_GIB.items():
@@ -155,8 +158,9 @@ def read_steps(path: Path) -> list[VerlStep]:
     return MetricsTail(path).new_steps()
 
 
-def _number(value: Any) -> float | None:
+def _number(value: Any, finite: bool = True) -> float | None:
+    """`value` as a float; None for what is not a number, or (`finite`) not a finite one."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     number = float(value)
-    return number if math.isfinite(number) else None
+    return number if math.isfinite(number) or not finite else None

@@ -26,6 +26,7 @@ from akka_training.api.pipelines import (
     StageCheck,
 )
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, PlanRefused, Problem
+from akka_training.core.figures import json_safe
 from akka_training.core.parsing import parse_plan, salvage
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.plans import RL_METHODS, EvaluateStage, PipelinePlan, TrainStage
@@ -426,7 +427,7 @@ def _wait_lines(ctx: AppContext, pipeline_id: str, timeout: float | None) -> Ite
 
 def _line(item: PipelineProgressLine | PipelineEndLine) -> bytes:
     # json.dumps of the JSON dump, as `runs wait` writes its lines.
-    return (json.dumps(item.to_json()) + "\n").encode()
+    return (json.dumps(json_safe(item.to_json())) + "\n").encode()
 
 
 def pipeline_record(

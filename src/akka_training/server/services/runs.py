@@ -39,7 +39,7 @@ from akka_training.core.errors import (
     PlanRefused,
     ServiceUnavailable,
 )
-from akka_training.core.figures import Figures
+from akka_training.core.figures import Figures, json_safe
 from akka_training.core.parsing import parse_plan
 from akka_training.core.phases import TERMINAL, Phase, RuleName
 from akka_training.core.plans import RL_METHODS, RunPlan
@@ -431,7 +431,7 @@ def _progress_line(session: Session, run: Run) -> RunProgressLine:
 def _line(item: RunEventLine | RunProgressLine | RunEndLine) -> bytes:
     # json.dumps of the JSON dump, not model_dump_json: the lines keep the spacing they have
     # always had.
-    return (json.dumps(item.to_json()) + "\n").encode()
+    return (json.dumps(json_safe(item.to_json())) + "\n").encode()
 
 
 def tree(session: Session, principal: Principal, run_ref: str) -> RunTree:
