@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+# Each case runs a suite of its own through pytest, loading the whole root conftest: seconds each.
+pytestmark = pytest.mark.slow
+
 # The suites below load this suite's root conftest as a plugin: its fixtures, hooks and guards.
 CONFTEST = 'pytest_plugins = ["tests.conftest"]\n'
 # ...and its markers, which the project's settings declare (a suite of its own reads none).

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 LIMIT = 48
 
 
+@pytest.mark.slow  # it builds TRL's trainer to see what TRL drops
 def test_chat_rows_counted_as_an_independent_count_and_as_trl_drops_them(
     catalog: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:

@@ -8,6 +8,8 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from akka_training.blobstore import LocalBlobStore
 from akka_training.core.tasks import MergeParams, TaskSpec
 from akka_training.engines.tasks import TASKS
@@ -54,6 +56,7 @@ def run(task: TaskSpec, server: ReportServer, tmp_path: Path) -> int:
         reporter.close()
 
 
+@pytest.mark.slow  # importing the tasks imports the training stack
 def test_every_task_kind_names_a_function() -> None:
     assert TASKS == {
         "merge": "akka_training.engines.tasks.merge:merge",
