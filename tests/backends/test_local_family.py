@@ -63,7 +63,7 @@ def launch_verl_job(
             device_ids=[0],
             job_spec=json.loads(spec.model_dump_json(by_alias=True)),
             env={
-                "AKKA_JOB_TOKEN": "token",
+                "AKKA_JOB_BOOTSTRAP": "token",
                 "AKKA_VERL_PYTHON": str(python),
                 "FAKE_VERL_STEP_SECONDS": "0.3",
                 "FAKE_VERL_CHILD": str(child_file),

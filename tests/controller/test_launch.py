@@ -88,7 +88,7 @@ def test_a_pending_attempt_gets_its_spec_token_and_environment(
         },
         "maxSteps": None,
     }
-    assert sorted(request.env) == ["AKKA_JOB_TOKEN", "AKKA_VERL_PYTHON", "TRACEPARENT"]
+    assert sorted(request.env) == ["AKKA_JOB_BOOTSTRAP", "AKKA_VERL_PYTHON", "TRACEPARENT"]
     assert request.env["TRACEPARENT"] == TRACEPARENT
     assert request.env["AKKA_VERL_PYTHON"] == "/opt/verl/bin/python"
     assert request.host_memory_bytes == HOST_MEMORY_BYTES
@@ -102,7 +102,7 @@ def test_the_job_token_reports_for_its_own_attempt_only(
     resumable_run(trainer)
     request = prepare_launch(trainer.ctx, "r1", 2)
     assert request is not None
-    job = trainer.client(request.env["AKKA_JOB_TOKEN"])
+    job = trainer.job_client(request)
 
     own = job.post("/v1/jobs/r1/attempts/2/heartbeat", json={"step": 4})
     earlier = job.post("/v1/jobs/r1/attempts/1/heartbeat", json={"step": 4})
@@ -153,7 +153,7 @@ def test_a_plain_deployment_runs_the_engines_with_the_runs_own_trace(
         "reportSeconds": 1.0,
         "mlflowUri": None,
     }
-    assert sorted(untraced.env) == ["AKKA_JOB_TOKEN"]
+    assert sorted(untraced.env) == ["AKKA_JOB_BOOTSTRAP"]
     assert untraced.job_spec["telemetry"]["traceparent"] is None
 
 
@@ -211,15 +211,11 @@ def test_runs_and_tasks_get_the_addresses_a_ray_worker_reaches(
     settings = load_settings(path)
 
     addresses = job_addresses(settings)
-    env = job_env(settings, "AKKA_TASK_TOKEN", "token-1", TRACEPARENT)
+    env = job_env("AKKA_TASK_BOOTSTRAP", "bootstrap-1", TRACEPARENT)
 
     # The worker's own address of the service; the store as the service names it.
     assert addresses.trainer_url == "http://trainer.cluster.local:9001"
     assert addresses.storage_url == "s3://bucket/akka"
     assert addresses.storage_s3.endpoint_url == "http://127.0.0.1:9000"
-    assert env == {
-        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
-        "AWS_SECRET_ACCESS_KEY": "secret",
-        "AKKA_TASK_TOKEN": "token-1",
-        "TRACEPARENT": TRACEPARENT,
-    }
+    # The store's credentials are not in it: the job gets them by its bootstrap exchange.
+    assert env == {"AKKA_TASK_BOOTSTRAP": "bootstrap-1", "TRACEPARENT": TRACEPARENT}

@@ -31,7 +31,8 @@ class Report:
 @dataclass
 class ReportServer:
     """A real HTTP server that takes job reports, records them and answers each with the
-    action its script decides (``continue`` by default)."""
+    action its script decides (``continue`` by default). A job's bootstrap exchange is answered
+    with the token ``exchanged:BOOTSTRAP`` and the `store_env` (each credential once)."""
 
     url: str = ""
     reports: list[Report] = field(default_factory=list)
@@ -39,6 +40,8 @@ class ReportServer:
     requests: list[str] = field(default_factory=list)
     script: Script = lambda kind, body, reports: "continue"
     lock: threading.Lock = field(default_factory=threading.Lock)
+    store_env: dict[str, str] = field(default_factory=dict)
+    bootstraps: list[str] = field(default_factory=list)
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -66,6 +69,9 @@ def report_server() -> Iterator[ReportServer]:
             body = json.loads(self.rfile.read(length) or b"{}")
             kind = self.path.rstrip("/").split("/")[-1]
             token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            if self.path == "/v1/jobs/bootstrap":
+                self._exchange(token)
+                return
             actions = []
             with server_state.lock:
                 server_state.requests.append(kind)
@@ -73,8 +79,21 @@ def report_server() -> Iterator[ReportServer]:
                 for one_kind, one in unbatched(kind, body):
                     server_state.reports.append(Report(one_kind, one, token))
                     actions.append(server_state.script(one_kind, one, list(server_state.reports)))
-            payload = json.dumps({"action": strongest(actions)}).encode()
-            self.send_response(200)
+            self._answer(200, {"action": strongest(actions)})
+
+        def _exchange(self, bootstrap: str) -> None:
+            with server_state.lock:
+                spent = bootstrap in server_state.bootstraps
+                server_state.bootstraps.append(bootstrap)
+            if spent:
+                self._answer(401, {"error": {"code": "unauthorized", "message": "spent"}})
+            else:
+                token = f"exchanged:{bootstrap}"
+                self._answer(200, {"token": token, "env": server_state.store_env})
+
+        def _answer(self, status: int, answer: dict[str, Any]) -> None:
+            payload = json.dumps(answer).encode()
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()

@@ -149,7 +149,7 @@ def test_running_out_of_host_memory_reports_host_oom(
     done = subprocess.run(
         [sys.executable, "-c", LIMITED, str(200 * 2**20), str(job_json)],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(SRC), "AKKA_JOB_TOKEN": TOKEN},
+        env={**os.environ, "PYTHONPATH": str(SRC), "AKKA_JOB_BOOTSTRAP": TOKEN},
         capture_output=True,
         text=True,
         timeout=300,
@@ -163,10 +163,10 @@ def test_running_out_of_host_memory_reports_host_oom(
     assert "config.hyperparams.training.batchSize 8" in failed["detail"]
 
 
-def test_the_entry_point_refuses_to_run_without_its_token(tmp_path: Path) -> None:
+def test_the_entry_point_refuses_to_run_without_its_bootstrap_credential(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "akka_training.engines.job", str(tmp_path / "job.json")],
-        env={k: v for k, v in os.environ.items() if k != "AKKA_JOB_TOKEN"}
+        env={k: v for k, v in os.environ.items() if k != "AKKA_JOB_BOOTSTRAP"}
         | {"PYTHONPATH": str(SRC)},
         capture_output=True,
         text=True,
@@ -174,7 +174,7 @@ def test_the_entry_point_refuses_to_run_without_its_token(tmp_path: Path) -> Non
     )
 
     assert done.returncode == 2
-    assert "AKKA_JOB_TOKEN" in done.stderr
+    assert "AKKA_JOB_BOOTSTRAP is not set: the job cannot report to the service" in done.stderr
 
 
 # Runs the entry point with the reporter's sending thread raising at the report of step 2, as
@@ -211,7 +211,7 @@ def test_a_job_whose_reporter_dies_ends_itself_and_reports_the_failure(
     done = subprocess.run(
         [sys.executable, "-c", REPORTER_DIES, str(job_json)],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(SRC), "AKKA_JOB_TOKEN": TOKEN},
+        env={**os.environ, "PYTHONPATH": str(SRC), "AKKA_JOB_BOOTSTRAP": TOKEN},
         capture_output=True,
         text=True,
         timeout=300,

@@ -47,8 +47,8 @@ def test_a_merge_runs_as_a_ray_job_and_its_model_downloads(
     info = ray_jobs(ray_head).get_job_info(f"akka-{task}-1")
     assert " --entry akka_training.engines.tasks.job " in info.entrypoint
     env_vars = info.runtime_env["env_vars"]
-    assert {"AKKA_TASK_TOKEN", "AKKA_JOB_SPEC"} <= set(env_vars)
-    assert "AKKA_JOB_TOKEN" not in env_vars and env_vars["CUDA_VISIBLE_DEVICES"] == ""
+    assert {"AKKA_TASK_BOOTSTRAP", "AKKA_JOB_SPEC"} <= set(env_vars)
+    assert "AKKA_JOB_BOOTSTRAP" not in env_vars and env_vars["CUDA_VISIBLE_DEVICES"] == ""
     assert trainer.cli_json("training", "capacity")["claims"] == []  # it held no devices
     base = AutoModelForCausalLM.from_pretrained(dev_models / "tiny-chat")
     adapter = PeftModel.from_pretrained(base, str(trainer.home / "blobs" / done.results.model))

@@ -109,7 +109,7 @@ def test_a_run_trains_as_a_ray_job_and_completes(trainer: Any, ray_head: RayHead
         f"exec {sys.executable} -m akka_training.backends.ray.bootstrap"
     )
     env_vars = info.runtime_env["env_vars"]
-    assert {"AKKA_JOB_TOKEN", "AKKA_JOB_SPEC", "AKKA_SCRIPTED_STEP_SECONDS"} <= set(env_vars)
+    assert {"AKKA_JOB_BOOTSTRAP", "AKKA_JOB_SPEC", "AKKA_SCRIPTED_STEP_SECONDS"} <= set(env_vars)
     assert env_vars["CUDA_VISIBLE_DEVICES"] == ""  # a CPU pool
     # The job's working directory on the worker holds its spec.
     assert (ray_head.jobs_dir / run / "1" / "job.json").exists()
@@ -284,7 +284,7 @@ def _request(run_id: str, spec: dict[str, Any]) -> LaunchRequest:
         devices=1,
         device_ids=[0],
         job_spec=spec,
-        env={"AKKA_JOB_TOKEN": "secret"},
+        env={"AKKA_JOB_BOOTSTRAP": "secret"},
         entry_module="json.tool",
     )
 

@@ -30,7 +30,7 @@ def test_a_failed_run_is_counted_by_its_own_application_only(
     register(api, "maths/train", chat_rows(12))
     run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
     launch = failing.admit(run_id)
-    job = failing.client(launch.env["AKKA_JOB_TOKEN"])
+    job = failing.job_client(launch)
     report = {"code": "device-oom", "detail": "CUDA out of memory"}
     assert job.post(f"/v1/jobs/{run_id}/attempts/{launch.attempt}/failed", json=report).is_success
     assert api.get(f"/v1/runs/{run_id}").json()["phase"] == "FAILED"

@@ -80,6 +80,7 @@ ERRORS: dict[tuple[str, str], set[int]] = {
     ("post", "/v1/pipelines/{ref}/cancel"): {400, 401, 403, 404, 409},
     ("post", "/v1/pipelines/{ref}/resume"): {400, 401, 403, 404, 409},
     ("get", "/v1/pipelines/{ref}/wait"): {400, 401, 403, 404},
+    ("post", "/v1/jobs/bootstrap"): {401, 409},
     ("post", "/v1/jobs/{run_id}/attempts/{attempt}/{kind}"): {400, 401, 403, 409, 422},
 }
 

@@ -2,7 +2,8 @@
 
 A job posts each report to ``/v1/jobs/{run}/attempts/{attempt}/{kind}``; `REPORTS` names the
 body of each kind (the models live in `core.reports`, which the job builds them from). Every
-answer is a `Directive`.
+answer is a `Directive`. A job gets its token once, at its start, from its bootstrap credential
+(``POST /v1/jobs/bootstrap``): the answer is a `JobCredentials`.
 """
 
 from __future__ import annotations
@@ -43,3 +44,13 @@ class Directive(ResponseBody):
     at the latest snapshot)."""
 
     action: Action
+
+
+class JobCredentials(ResponseBody):
+    """The answer to a job's one bootstrap exchange (``POST /v1/jobs/bootstrap``): the token it
+    reports with (its attempt's or its task's) and the environment that reaches the blob store
+    (the standard AWS variables, when the trainer's settings hold them). The job keeps both in
+    its own memory and environment, never on disk."""
+
+    token: str
+    env: dict[str, str]

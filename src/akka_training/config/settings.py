@@ -261,6 +261,9 @@ class Controller(_Section):
     report_seconds: float = Field(1.0, ge=0, le=60)
     # How long the cluster may stay unreachable while a run waits before it fails.
     unreachable_seconds: float = Field(120.0, ge=0)
+    # How long after its launch a job may exchange its bootstrap credential for its token and
+    # the store's credentials (once); a Ray job may first wait for its runtime environment.
+    bootstrap_seconds: float = Field(600.0, gt=0)
 
 
 class Bootstrap(_Section):

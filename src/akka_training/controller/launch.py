@@ -1,5 +1,7 @@
 """What a job is started with: its spec (the resolved settings, the snapshot to resume from,
-where to report) and its token.
+where to report) and a one-time bootstrap credential, which the job exchanges at its start for
+its token and the store's credentials (`server/services/job_credentials.py`), so that neither
+is ever in what a backend records of the launch.
 
 `job_addresses` and `job_env` are what every job is started with, a run's attempt or a task
 (`controller.tasks`): where it reports and reads the store, and its environment."""
@@ -8,17 +10,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy import select
 
 from akka_training.backends.base import LaunchRequest
 from akka_training.config.settings import Settings as TrainerSettings
-from akka_training.core.resolved import TOKEN_ENV, JobSpec, ResumePoint, Settings, Telemetry
+from akka_training.core.resolved import BOOTSTRAP_ENV, JobSpec, ResumePoint, Settings, Telemetry
 from akka_training.core.states import AttemptState, ClaimState
 from akka_training.core.storage import S3Options
 from akka_training.deployment.context import AppContext
 from akka_training.storage.models import Attempt, Claim, Run, Snapshot
-from akka_training.storage.tokens import create_job_token
+from akka_training.storage.tokens import create_bootstrap_token
 from akka_training.telemetry.tracing import TRACEPARENT_ENV
 
 SCRIPTED_JOB = "akka_training.testing.scripted_job"
@@ -44,12 +47,15 @@ def job_addresses(settings: TrainerSettings) -> JobAddresses:
     )
 
 
-def job_env(
-    settings: TrainerSettings, token_env: str, token: str, traceparent: str | None
-) -> dict[str, str]:
-    """A job's environment: the store's credentials when the settings hold them (else the
-    worker's own chain), its token under `token_env`, and the trace it joins."""
-    env = {**settings.trainer.storage.s3.job_env(), token_env: token}
+def bootstrap_lifetime(settings: TrainerSettings) -> timedelta:
+    """How long a launched job's bootstrap credential works (trainer.controller.bootstrap-seconds)."""
+    return timedelta(seconds=settings.trainer.controller.bootstrap_seconds)
+
+
+def job_env(bootstrap_env: str, bootstrap: str, traceparent: str | None) -> dict[str, str]:
+    """A job's environment: its one-time bootstrap credential under `bootstrap_env` and the trace
+    it joins. No token and no store credential: the job gets those by the exchange."""
+    env = {bootstrap_env: bootstrap}
     if traceparent:
         env[TRACEPARENT_ENV] = traceparent
     return env
@@ -58,7 +64,8 @@ def job_env(
 def prepare_launch(
     ctx: AppContext, run_id: str, number: int, traceparent: str | None = None
 ) -> LaunchRequest | None:
-    """A launch request for the attempt, with a fresh token; None if the attempt moved on."""
+    """A launch request for the attempt, with a fresh bootstrap credential; None if the attempt
+    moved on."""
     with ctx.db.session() as session:
         run = session.get(Run, run_id)
         attempt = session.get(Attempt, (run_id, number))
@@ -79,8 +86,15 @@ def prepare_launch(
                     weights=snap.weights,
                     training_state=snap.training_state,
                 )
-        token = create_job_token(session, run_id, number, run.project)
         settings = ctx.settings
+        bootstrap = create_bootstrap_token(
+            session,
+            run.project,
+            ctx.clock.now(),
+            bootstrap_lifetime(settings),
+            run_id=run_id,
+            attempt=number,
+        )
         addresses = job_addresses(settings)
         spec = JobSpec(
             run_id=run_id,
@@ -109,7 +123,7 @@ def prepare_launch(
         host_memory = None
         if settings.trainer.local.enforce_host_memory and envelope and envelope.host_memory_gib:
             host_memory = math.ceil(envelope.host_memory_gib * 2**30)
-        env = job_env(settings, TOKEN_ENV, token, spec.telemetry.traceparent)
+        env = job_env(BOOTSTRAP_ENV, bootstrap, spec.telemetry.traceparent)
         verl_python = settings.trainer.reinforcement.verl_python
         if verl_python:
             env["AKKA_VERL_PYTHON"] = verl_python

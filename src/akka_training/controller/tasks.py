@@ -28,7 +28,7 @@ from akka_training.backends.base import (
     LaunchRefused,
     LaunchRequest,
 )
-from akka_training.controller.launch import job_addresses, job_env
+from akka_training.controller.launch import bootstrap_lifetime, job_addresses, job_env
 from akka_training.controller.views import Limits
 from akka_training.core.states import (
     OPEN_CLAIM_STATES,
@@ -38,10 +38,10 @@ from akka_training.core.states import (
     TaskRule,
     TaskState,
 )
-from akka_training.core.tasks import TOKEN_ENV, TaskSpec, TaskTelemetry
+from akka_training.core.tasks import BOOTSTRAP_ENV, TaskSpec, TaskTelemetry
 from akka_training.deployment.context import AppContext
 from akka_training.storage.models import Claim, Task
-from akka_training.storage.tokens import create_task_token
+from akka_training.storage.tokens import create_bootstrap_token
 from akka_training.storage.transitions import lock_task, move_task, release_task_claim, task_claim
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,8 @@ def reconcile_tasks(ctx: AppContext, limits: Limits) -> bool:
 
 
 def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
-    """The launch request of a pending task, with a fresh token; None if it moved on."""
+    """The launch request of a pending task, with a fresh bootstrap credential; None if it moved
+    on."""
     settings = ctx.settings
     addresses = job_addresses(settings)
     with ctx.db.session() as session:
@@ -160,7 +161,9 @@ def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
         if claim is not None and claim.state != ClaimState.GRANTED:
             return None  # still waiting for its devices
         devices = [int(i) for i in claim.device_ids] if claim is not None else []
-        token = create_task_token(session, task.id, task.project)
+        bootstrap = create_bootstrap_token(
+            session, task.project, ctx.clock.now(), bootstrap_lifetime(settings), task_id=task.id
+        )
         spec = TaskSpec(
             task_id=task.id,
             kind=task.kind,
@@ -185,7 +188,7 @@ def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
             # Without a claim the job sees no GPU even on a node that has some; with one, the
             # backend shows it its granted devices only.
             env={
-                **job_env(settings, TOKEN_ENV, token, task.traceparent),
+                **job_env(BOOTSTRAP_ENV, bootstrap, task.traceparent),
                 **({} if devices else {"CUDA_VISIBLE_DEVICES": ""}),
             },
             entry_module=TASK_JOB,

@@ -89,13 +89,15 @@ class Telemetry(PlanModel):
     mlflow_uri: str | None = None
 
 
-# The environment variable that holds a training job's token.
-TOKEN_ENV = "AKKA_JOB_TOKEN"
+# The environment variable that holds a training job's one-time bootstrap credential, which it
+# exchanges for its token at its start (``POST /v1/jobs/bootstrap``).
+BOOTSTRAP_ENV = "AKKA_JOB_BOOTSTRAP"
 
 
 class JobSpec(PlanModel):
     """Everything a training job is started with, written to `job.json` beside it. The job's
-    token travels in the environment (``AKKA_JOB_TOKEN``, `TOKEN_ENV`), never in this file."""
+    credentials never reach this file: its environment holds a one-time bootstrap credential
+    (``AKKA_JOB_BOOTSTRAP``, `BOOTSTRAP_ENV`) that it exchanges for them at its start."""
 
     run_id: str
     attempt: int

@@ -3,7 +3,8 @@ adapter into its base model, a re-grading of a run's kept rollouts; evaluations 
 
 A task is one job on the cluster backend, started by the controller like a run's attempt but
 with its own spec (`TaskSpec`, written to ``task.json`` beside it), its own token (scoped to
-the task, in ``AKKA_TASK_TOKEN``) and its own reports, posted to
+the task, exchanged at its start for the one-time credential in ``AKKA_TASK_BOOTSTRAP``) and
+its own reports, posted to
 ``/v1/tasks/{task}/reports/{kind}``: `started`, `progress` (as often as it likes), and one end
 report, `finished` with its result or `failed` with a sentence for the user. Each answer is a
 `TaskDirective`: carry on, or stop (the task was cancelled). A task needs no devices: it holds
@@ -25,7 +26,8 @@ from akka_training.core.reports import Placement
 from akka_training.core.resolved import BaseModelPin, BundlePin, Settings
 from akka_training.core.storage import S3Options
 
-TOKEN_ENV = "AKKA_TASK_TOKEN"
+# A task's one-time bootstrap credential, exchanged for its token at its start.
+BOOTSTRAP_ENV = "AKKA_TASK_BOOTSTRAP"
 TaskAction = Literal["continue", "stop"]
 
 

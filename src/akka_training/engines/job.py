@@ -1,7 +1,8 @@
 """The training job: ``python -m akka_training.engines.job JOB_JSON``.
 
-JOB_JSON holds the attempt's `JobSpec`; the attempt's token is in ``AKKA_JOB_TOKEN``; the working
-directory is the attempt's job directory (artifacts go under ``./artifacts``). One flow:
+JOB_JSON holds the attempt's `JobSpec`; ``AKKA_JOB_BOOTSTRAP`` holds the credential it exchanges
+for the attempt's token at its start; the working directory is the attempt's job directory
+(artifacts go under ``./artifacts``). One flow:
 
 1. setup: report `started` with the placement (host, pid, pod, node, GPUs), open the job's
    telemetry (metrics.jsonl, TensorBoard, OTLP when configured) and its root span, start the
@@ -43,11 +44,11 @@ from opentelemetry.trace import Status, StatusCode
 from akka_training.backends.jobfiles import remove_stored_elsewhere
 from akka_training.blobstore import open_blob_store
 from akka_training.core.reports import FailedReport, FinishedReport, Placement, StoppedReport
-from akka_training.core.resolved import TOKEN_ENV, JobSpec
+from akka_training.core.resolved import BOOTSTRAP_ENV, JobSpec
 from akka_training.engines.bundles import bundle_resolver
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.engine import Engine, load_engine
-from akka_training.engines.entry import USAGE, read_entry
+from akka_training.engines.entry import USAGE, exchange, read_entry
 from akka_training.engines.failures import classify_failure
 from akka_training.engines.model_cache import local_model
 from akka_training.engines.offline import stay_offline
@@ -66,11 +67,14 @@ log = logging.getLogger("akka_training.job")
 
 
 def main(argv: list[str] | None = None) -> int:
-    entry = read_entry(argv, "akka_training.engines.job", "JOB_JSON", TOKEN_ENV, "the job")
+    entry = read_entry(argv, "akka_training.engines.job", "JOB_JSON", BOOTSTRAP_ENV, "the job")
     if entry is None:
         return USAGE
     spec = JobSpec.model_validate_json(entry.spec_json)
-    reporter = open_reporter(spec, entry.token)
+    token = exchange(entry, spec.trainer_url, "the job")
+    if isinstance(token, int):
+        return token
+    reporter = open_reporter(spec, token)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: reporter.terminated())
     try:
         return run_job(spec, reporter, Path.cwd())

@@ -21,7 +21,7 @@ _TOUCH_EVERY = timedelta(seconds=60)
 class Principal:
     token_id: str
     name: str
-    kind: str  # admin | project | access | job | task
+    kind: str  # admin | project | access | job | task | bootstrap
     projects: tuple[str, ...] | None  # None: every project
     run_id: str | None = None
     attempt: int | None = None
@@ -29,7 +29,7 @@ class Principal:
 
     @property
     def is_admin(self) -> bool:
-        return self.projects is None and self.kind not in ("job", "task")
+        return self.projects is None and self.kind not in ("job", "task", "bootstrap")
 
     def can(self, project: str) -> bool:
         return self.projects is None or project in self.projects
@@ -40,6 +40,11 @@ class Principal:
             raise Forbidden("A job token can only report for its own run.")
         if self.kind == "task":
             raise Forbidden("A task token can only report for its own task.")
+        if self.kind == "bootstrap":
+            raise Forbidden(
+                "A bootstrap credential is only exchanged for its job's token "
+                "(POST /v1/jobs/bootstrap)."
+            )
 
     def require(self, project: str) -> None:
         self.refuse_reporters()

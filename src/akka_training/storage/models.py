@@ -77,7 +77,8 @@ class Project(Base):
 
 class Token(Base):
     """A credential. `kind`: admin (every project), project (the listed ones), access (a
-    short-lived token exchanged from a login), job (one attempt of one run), task (one task)."""
+    short-lived token exchanged from a login), job (one attempt of one run), task (one task),
+    bootstrap (a job's or a task's one-time credential, exchanged for its token at its start)."""
 
     __tablename__ = "tokens"
     id: Mapped[str] = mapped_column(String(32), primary_key=True)

@@ -49,7 +49,9 @@ from akka_training.controller.apply import apply, load_view
 from akka_training.controller.launch import prepare_launch
 from akka_training.controller.views import Limits, Probe
 from akka_training.core.documents import deep_merge
+from akka_training.core.resolved import BOOTSTRAP_ENV as JOB_BOOTSTRAP_ENV
 from akka_training.core.states import ClaimRule, ClaimState
+from akka_training.core.tasks import BOOTSTRAP_ENV as TASK_BOOTSTRAP_ENV
 from akka_training.deployment.context import AppContext, build_context
 from akka_training.server.app import create_app
 from akka_training.server.observability import Observability
@@ -114,11 +116,19 @@ class InProcessTrainer:
         self._resources.callback(client.close)
         return client
 
+    def job_client(self, launch: LaunchRequest) -> httpx.Client:
+        """An HTTP client of the app holding the token of the job (or task) `launch` starts: its
+        bootstrap credential exchanged, as the job does at its start (so only once)."""
+        bootstrap = launch.env.get(JOB_BOOTSTRAP_ENV) or launch.env[TASK_BOOTSTRAP_ENV]
+        answer = self.client(bootstrap).post("/v1/jobs/bootstrap")
+        answer.raise_for_status()
+        return self.client(answer.json()["token"])
+
     def admit(self, run_id: str) -> LaunchRequest:
         """Do for a queued run what a controller pass does, short of launching: grant its claim
         (device ids from 0; no scheduler weighs pools or quotas), let `controller.queued` decide
         and `controller.apply` admit it with a new attempt, and prepare that attempt's launch.
-        The request's ``env["AKKA_JOB_TOKEN"]`` lets a test report as the attempt's job."""
+        `job_client` of the request lets a test report as the attempt's job."""
         now = datetime.now(UTC)
         with self.ctx.db.session() as session:
             claim = current_claim(session, run_id)

@@ -36,7 +36,8 @@ from akka_training.core.reports import (
     StoppedReport,
     TrainingReport,
 )
-from akka_training.core.resolved import JobSpec
+from akka_training.core.resolved import BOOTSTRAP_ENV, JobSpec
+from akka_training.engines.entry import USAGE, exchange, read_entry
 from akka_training.engines.reporter import HttpReporter
 
 # A safetensors file that holds no tensors: its 8-byte header length, then the header `{}`.
@@ -45,6 +46,15 @@ EMPTY_SAFETENSORS = (2).to_bytes(8, "little") + b"{}"
 
 def main(path: str) -> int:
     spec = JobSpec.model_validate(json.loads(Path(path).read_text()))
+    # As the job's entry point: its credentials come from its bootstrap credential, once.
+    entry = read_entry(
+        [path], "akka_training.testing.scripted_job", "JOB_JSON", BOOTSTRAP_ENV, "the job"
+    )
+    if entry is None:
+        return USAGE
+    token = exchange(entry, spec.trainer_url, "the job")
+    if isinstance(token, int):
+        return token
     mode = (
         (spec.model_name or "").removeprefix("scripted:")
         if (spec.model_name or "").startswith("scripted:")
@@ -55,7 +65,7 @@ def main(path: str) -> int:
         spec.trainer_url,
         spec.run_id,
         spec.attempt,
-        os.environ["AKKA_JOB_TOKEN"],
+        token,
         heartbeat_seconds=1.0,
         report_seconds=spec.telemetry.report_seconds,
     )

@@ -30,7 +30,7 @@ print(json.dumps({
     "spec": json.load(open(sys.argv[1])),
     "env_has_spec": "AKKA_JOB_SPEC" in os.environ,
     "ray_env": sorted(k for k in os.environ if k in ("RAY_ADDRESS", "RAY_JOB_CONFIG_JSON_ENV_VAR")),
-    "token": os.environ.get("AKKA_JOB_TOKEN"),
+    "token": os.environ.get("AKKA_JOB_BOOTSTRAP"),
 }))
 """
 
@@ -54,7 +54,7 @@ def _run(tmp_path: Path, env_extra: dict[str, str]) -> subprocess.CompletedProce
 def test_the_bootstrap_writes_the_spec_and_becomes_the_job(tmp_path: Path) -> None:
     spec = {"runId": "r-7", "attempt": 3, "trainerUrl": "http://trainer:9001"}
     ray_env = {"RAY_ADDRESS": "10.0.0.1:6379", "RAY_JOB_CONFIG_JSON_ENV_VAR": "{}"}
-    result = _run(tmp_path, {SPEC_ENV: encode_spec(spec), "AKKA_JOB_TOKEN": "tok", **ray_env})
+    result = _run(tmp_path, {SPEC_ENV: encode_spec(spec), "AKKA_JOB_BOOTSTRAP": "tok", **ray_env})
     assert result.returncode == 0, result.stderr
     shell_pid, line = result.stdout.splitlines()[:2]
     seen = json.loads(line)
@@ -77,7 +77,7 @@ def test_the_bootstrap_removes_what_killed_jobs_left_on_its_node(tmp_path: Path)
     unmarked = tmp_path / "jobs" / "someone" / "else"
     unmarked.mkdir(parents=True)
     spec = {"runId": "r-7", "attempt": 3}
-    result = _run(tmp_path, {SPEC_ENV: encode_spec(spec), "AKKA_JOB_TOKEN": "tok"})
+    result = _run(tmp_path, {SPEC_ENV: encode_spec(spec), "AKKA_JOB_BOOTSTRAP": "tok"})
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "jobs" / "r-1").exists()
     assert unmarked.is_dir()  # never a directory no backend marked

@@ -68,15 +68,15 @@ def test_a_spec_that_does_not_fit_in_the_environment_is_refused() -> None:
 
 def test_the_job_env_goes_over_the_deployment_runtime_env() -> None:
     base: dict[str, Any] = {
-        "env_vars": {"HF_HOME": "/cache", "AKKA_JOB_TOKEN": "old"},
+        "env_vars": {"HF_HOME": "/cache", "AKKA_JOB_BOOTSTRAP": "old"},
         "image_uri": "img:1",
     }
-    env = runtime_env(base, {"AKKA_JOB_TOKEN": "t"}, "SPEC", cpu_only=False)
+    env = runtime_env(base, {"AKKA_JOB_BOOTSTRAP": "t"}, "SPEC", cpu_only=False)
     assert env == {
-        "env_vars": {"HF_HOME": "/cache", "AKKA_JOB_TOKEN": "t", SPEC_ENV: "SPEC"},
+        "env_vars": {"HF_HOME": "/cache", "AKKA_JOB_BOOTSTRAP": "t", SPEC_ENV: "SPEC"},
         "image_uri": "img:1",
     }
-    assert base["env_vars"]["AKKA_JOB_TOKEN"] == "old"  # the settings are not modified
+    assert base["env_vars"]["AKKA_JOB_BOOTSTRAP"] == "old"  # the settings are not modified
 
 
 def test_a_cpu_job_sees_no_gpu() -> None:
@@ -86,7 +86,7 @@ def test_a_cpu_job_sees_no_gpu() -> None:
 
 
 def test_env_vars_that_are_not_a_mapping_are_left_for_ray_to_refuse() -> None:
-    env = runtime_env({"env_vars": ["A=1"]}, {"AKKA_JOB_TOKEN": "t"}, "SPEC", cpu_only=False)
+    env = runtime_env({"env_vars": ["A=1"]}, {"AKKA_JOB_BOOTSTRAP": "t"}, "SPEC", cpu_only=False)
     assert env["env_vars"] == ["A=1"]
 
 

@@ -235,7 +235,7 @@ def test_health_figures_come_from_the_workers_rollouts_and_a_pause_on_monitor_pa
     assert started.status_code == 200, started.text
     run_id = started.json()["id"]
     launch = trainer.admit(run_id)
-    reporting = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    reporting = trainer.job_client(launch)
     for body in steps[:2]:
         url = f"/v1/jobs/{run_id}/attempts/{launch.attempt}/steps"
         assert reporting.post(url, json=body).status_code == 200
@@ -595,7 +595,7 @@ def test_a_terminated_job_saves_at_its_step_and_ends_verl_and_its_descendants(
     child_file = tmp_path / "child.pid"
     env = {
         **os.environ,
-        "AKKA_JOB_TOKEN": "token",
+        "AKKA_JOB_BOOTSTRAP": "token",
         "AKKA_VERL_PYTHON": str(python),
         "FAKE_VERL_STEP_SECONDS": "0.3",
         "FAKE_VERL_CHILD": str(child_file),

@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from akka_training.controller.tasks import prepare_task_launch
-from akka_training.core.tasks import TOKEN_ENV
 from akka_training.devmodels.catalog import read_catalog
 from akka_training.testing.app import InProcessTrainer
 from tests.server.routers.helpers import answer, chat_rows, error, project_token, register, sft_plan
@@ -47,7 +46,7 @@ class Job:
         self.trainer = trainer
         self.run_id = run_id
         self.launch = trainer.admit(run_id)
-        self.client = trainer.client(self.launch.env["AKKA_JOB_TOKEN"])
+        self.client = trainer.job_client(self.launch)
         self.blobs = trainer.ctx.blobs
         for name, data in TOKENIZER.items():
             self.blobs.put_bytes(f"runs/{run_id}/tokenizer/{name}", data)
@@ -401,7 +400,7 @@ def test_a_merge_is_a_task_with_its_own_token_reports_and_result(
         f"runs/{run_id}/merged/final/",
         "tiny-chat",
     )
-    job = trainer.client(launch.env[TOKEN_ENV])
+    job = trainer.job_client(launch)
     assert answer(job.get(f"/v1/runs/{run_id}")) == (
         403,
         error("forbidden", "A task token can only report for its own task."),
@@ -515,7 +514,7 @@ def test_a_cancelled_or_failed_merge_reads_back_and_can_be_asked_again(
     launch = prepare_task_launch(trainer.ctx, second["id"])
     assert launch is not None
     assert launch.job_spec["params"]["weights"] == f"runs/{run_id}/snapshots/step-2/weights/"
-    job = trainer.client(launch.env[TOKEN_ENV])
+    job = trainer.job_client(launch)
     failed = job.post(
         f"/v1/tasks/{second['id']}/reports/failed",
         json={"message": "the merge ran out of host memory", "detail": "MemoryError"},

@@ -78,7 +78,7 @@ def test_a_step_report_whose_commit_fails_is_answered_5xx_and_saved_when_sent_ag
 ) -> None:
     run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
     launch = trainer.admit(run_id)
-    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    job = trainer.job_client(launch)
     report = f"/v1/jobs/{run_id}/attempts/{launch.attempt}/steps"
     body = {"step": 1, "metrics": {"loss": 1.25}}
     with steps_refused(trainer.ctx.db):

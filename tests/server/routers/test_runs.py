@@ -277,7 +277,7 @@ def test_what_the_job_reported_reads_back_and_a_branch_joins_the_tree(
 ) -> None:
     run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
     launch = trainer.admit(run_id)
-    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    job = trainer.job_client(launch)
 
     def report(kind: str, body: dict[str, Any]) -> str:
         response = job.post(f"/v1/jobs/{run_id}/attempts/{launch.attempt}/{kind}", json=body)
@@ -366,7 +366,7 @@ def test_run_figures_are_totals_over_the_steps_the_run_kept(
 ) -> None:
     run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
     launch = trainer.admit(run_id)
-    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    job = trainer.job_client(launch)
 
     def step(number: int, tokens: float, seconds: float, mfu: float, padding: float) -> None:
         metrics = {
@@ -552,7 +552,7 @@ def test_gpu_seconds_stop_when_the_run_completes_while_its_job_exits(
 ) -> None:
     run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
     launch = trainer.admit(run_id)
-    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    job = trainer.job_client(launch)
     base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
     assert job.post(f"{base}/steps", json={"step": 1, "metrics": {"loss": 1.0}}).is_success
     finished = {"adapter": f"runs/{run_id}/adapter/", "step": 1}
@@ -576,7 +576,7 @@ def _job_of_a_new_run(
     holding the job's token, and the path its reports go to."""
     run_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
     launch = trainer.admit(run_id)
-    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    job = trainer.job_client(launch)
     base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
     assert job.post(f"{base}/started", json={"placement": {"host": "h", "pid": 1}}).is_success
     return run_id, job, base

@@ -207,7 +207,7 @@ def test_errors_answer_in_one_shape(
 def test_a_job_token_reads_nothing(api: httpx.Client, trainer: InProcessTrainer) -> None:
     api.post("/v1/datasets/maths/train", content=b'{"prompt": "1+1", "completion": "2"}\n')
     run = api.post("/v1/runs", json=sft_plan()).json()
-    job = trainer.client(trainer.admit(run["id"]).env["AKKA_JOB_TOKEN"])
+    job = trainer.job_client(trainer.admit(run["id"]))
     refused = error("forbidden", "A job token can only report for its own run.")
 
     for path in (
@@ -238,7 +238,7 @@ def test_a_job_token_is_revoked_when_its_attempt_ends(
     api.post("/v1/datasets/maths/train", content=b'{"prompt": "1+1", "completion": "2"}\n')
     run = api.post("/v1/runs", json=sft_plan()).json()
     launch = trainer.admit(run["id"])
-    job = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+    job = trainer.job_client(launch)
     reports = f"/v1/jobs/{run['id']}/attempts/{launch.attempt}"
     assert answer(job.post(f"{reports}/heartbeat", json={})) == (200, {"action": "continue"})
 

@@ -67,7 +67,7 @@ class Job:
     def __init__(self, trainer: InProcessTrainer, run_id: str) -> None:
         launch = trainer.admit(run_id)
         record_launched(trainer.ctx.db, run_id, launch.attempt, {"pid": 4242})
-        self.client = trainer.client(launch.env["AKKA_JOB_TOKEN"])
+        self.client = trainer.job_client(launch)
         self.base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
 
     def report(self, kind: str, body: dict[str, Any]) -> httpx.Response:

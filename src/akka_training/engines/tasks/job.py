@@ -1,7 +1,7 @@
 """A task's job: ``python -m akka_training.engines.tasks.job TASK_JSON``.
 
-TASK_JSON holds the `TaskSpec`; the task's token is in ``AKKA_TASK_TOKEN``; the working
-directory is the task's job directory. One flow: report `started` with the placement, run the
+TASK_JSON holds the `TaskSpec`; ``AKKA_TASK_BOOTSTRAP`` holds the credential it exchanges for the
+task's token at its start; the working directory is the task's job directory. One flow: report `started` with the placement, run the
 kind's function (`TASKS`), then send the one end report: `finished` with its result, or
 `failed` with the sentence of the `TaskError` it raised (any other exception is reported with
 its type and message). A cancelled task stops quietly. Exit status 0 finished or cancelled,
@@ -20,8 +20,8 @@ from typing import Any
 
 from akka_training.backends.jobfiles import remove_stored_elsewhere
 from akka_training.blobstore import open_blob_store
-from akka_training.core.tasks import TOKEN_ENV, TaskSpec
-from akka_training.engines.entry import USAGE, read_entry
+from akka_training.core.tasks import BOOTSTRAP_ENV, TaskSpec
+from akka_training.engines.entry import USAGE, exchange, read_entry
 from akka_training.engines.offline import stay_offline
 from akka_training.engines.tasks import TASKS
 from akka_training.engines.tasks.context import TaskContext, TaskError
@@ -34,11 +34,16 @@ TaskFunction = Callable[[TaskContext], dict[str, Any]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    entry = read_entry(argv, "akka_training.engines.tasks.job", "TASK_JSON", TOKEN_ENV, "the task")
+    entry = read_entry(
+        argv, "akka_training.engines.tasks.job", "TASK_JSON", BOOTSTRAP_ENV, "the task"
+    )
     if entry is None:
         return USAGE
     spec = TaskSpec.model_validate_json(entry.spec_json)
-    reporter = TaskReporter(spec.trainer_url, spec.task_id, entry.token)
+    token = exchange(entry, spec.trainer_url, "the task")
+    if isinstance(token, int):
+        return token
+    reporter = TaskReporter(spec.trainer_url, spec.task_id, token)
     try:
         return run_task(spec, reporter, Path.cwd())
     finally:

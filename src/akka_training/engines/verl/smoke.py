@@ -99,7 +99,8 @@ print(json.dumps({"finite": bool(torch.isfinite(logits).all()), "lora_b_max": mo
 
 class RecordingService:
     """A stand-in for the trainer service's job endpoints on loopback: records every report
-    and answers with the directive `decide` picks (``continue`` by default)."""
+    and answers with the directive `decide` picks (``continue`` by default). A job's bootstrap
+    exchange is answered with a token of its own and no store credentials (a local store)."""
 
     def __init__(self) -> None:
         self.reports: list[tuple[str, dict[str, Any]]] = []
@@ -111,6 +112,10 @@ class RecordingService:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/v1/jobs/bootstrap":
+                    bootstrap = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                    self._answer({"token": f"exchanged:{bootstrap}", "env": {}})
+                    return
                 kind = self.path.rsplit("/", 1)[-1]
                 actions = []
                 with service._taken:
@@ -118,7 +123,10 @@ class RecordingService:
                         service.reports.append((one_kind, one))
                         actions.append(service.decide(one_kind, one))
                     service._taken.notify_all()
-                answer = json.dumps({"action": strongest(actions)}).encode()
+                self._answer({"action": strongest(actions)})
+
+            def _answer(self, body: dict[str, Any]) -> None:
+                answer = json.dumps(body).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer)))

@@ -1,16 +1,19 @@
-"""Reports from training jobs (job tokens only)."""
+"""Reports from training jobs (job tokens only), and the one exchange of a job's bootstrap
+credential for its token."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import WithJsonSchema
 
-from akka_training.api.jobs import REPORTS, Directive
+from akka_training.api.jobs import REPORTS, Directive, JobCredentials
+from akka_training.server.auth import bearer
 from akka_training.server.deps import Ctx, Db, Reporter
 from akka_training.server.openapi import component, errors
 from akka_training.server.routes import SessionEndingRoute
+from akka_training.server.services import job_credentials
 from akka_training.server.services import jobs as service
 
 router = APIRouter(prefix="/v1/jobs", route_class=SessionEndingRoute)
@@ -27,6 +30,18 @@ ReportDocument = Annotated[
         }
     ),
 ]
+
+
+@router.post(
+    "/bootstrap",
+    responses=errors(
+        (401, "The bootstrap credential is unknown, already exchanged or expired."),
+        (409, "The job's attempt or task has ended: stop."),
+    ),
+)
+def bootstrap(request: Request, ctx: Ctx, db: Db) -> JobCredentials:
+    """A job's token and the store's credentials, for its bootstrap credential (the bearer), once."""
+    return job_credentials.exchange(db, ctx.settings, bearer(request), ctx.clock.now())
 
 
 @router.post(
