@@ -215,8 +215,11 @@ def test_a_real_sft_run_trains_on_ray(
     info = job_info(ray_head, run, 1)
     assert " --entry akka_training.engines.job " in info.entrypoint
     assert ended_after_its_report(ray_head, run, 1)
-    # The job ran in its working directory on the worker, where it keeps its own figures.
-    assert (ray_head.jobs_dir / run / "1" / "artifacts").is_dir()
+    # The job ran in its working directory on the worker and emptied it as it ended: all it
+    # wrote there (figures, checkpoints) is stored elsewhere; only the directory's mark stays,
+    # for the next job on the node to sweep.
+    job_dir = ray_head.jobs_dir / run / "1"
+    assert sorted(p.name for p in job_dir.iterdir()) == [".akka-job"]
     # Its placement names the pod and node the worker's environment gives it.
     events = [
         json.loads(line)
