@@ -236,7 +236,11 @@ def migrated_postgres(postgres_server: str) -> Iterator[str]:
     drop_schema(postgres_server, schema)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+# The Postgres half is `slow` too: the fast layer runs every such test on SQLite, and the full
+# suite on both (the Postgres half was a third of the fast layer's time).
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.slow])]
+)
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
     """A migrated database with no rows, once on SQLite and once on Postgres. The schema is
     migrated once per session (migrating for every test cost a third of a second on Postgres);
