@@ -2,14 +2,24 @@
 the fast layer, ``pytest -m "not slow"``, runs on two worker processes when pytest-xdist is
 installed, so that it fits in a minute on a two-core machine. Any other selection (the full
 suite, a file, ``-k``) runs in one process as before, as does a run that says ``-n`` or
-``-p no:xdist`` itself, or sets ``AKKA_FAST_LAYER_WORKERS=0``."""
+``-p no:xdist`` itself, or sets ``AKKA_FAST_LAYER_WORKERS=0``.
+
+pytest keeps the test modules it rewrote (for its assertion messages) in ``__pycache__`` even
+where ``PYTHONDONTWRITEBYTECODE`` is set, as on this project's machines: rewriting every test
+module again cost each process six seconds of its start, a tenth of the fast layer. Set
+``AKKA_TEST_REWRITE_CACHE=0`` to leave the variable in charge."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 import pytest
+
+if os.environ.get("AKKA_TEST_REWRITE_CACHE", "1") != "0":
+    # Read by pytest's import hook as each test module is imported, which is after this plugin.
+    sys.dont_write_bytecode = False
 
 WORKERS_ENV = "AKKA_FAST_LAYER_WORKERS"
 
