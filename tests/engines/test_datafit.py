@@ -61,6 +61,7 @@ def test_chat_rows_counted_as_an_independent_count_and_as_trl_drops_them(
     assert sum(len(ids) == LIMIT for ids in kept["input_ids"]) == fit.rows_truncated - dropped
 
 
+@pytest.mark.slow  # it builds TRL's trainer to see what TRL drops
 def test_prompt_completion_rows_counted_as_trl_drops_them(
     catalog: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:

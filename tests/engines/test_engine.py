@@ -69,6 +69,7 @@ def job(
         reporter.close()
 
 
+@pytest.mark.slow  # loading the engines imports the training stack
 @pytest.mark.parametrize(("method", "engine"), sorted(ENGINES))
 def test_every_registered_engine_satisfies_the_protocol(method: str, engine: str) -> None:
     loaded = load_engine(method, engine)

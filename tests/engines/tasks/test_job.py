@@ -69,6 +69,7 @@ def test_every_task_kind_names_a_function() -> None:
         assert callable(getattr(importlib.import_module(module), name))
 
 
+@pytest.mark.slow  # the merge imports the training stack
 def test_a_merge_fails_saying_the_node_cannot_read_the_base_model(
     store: LocalBlobStore,
     report_server: ReportServer,
@@ -92,6 +93,7 @@ def test_a_merge_fails_saying_the_node_cannot_read_the_base_model(
     assert {r.token for r in report_server.reports} == {"secret"}
 
 
+@pytest.mark.slow  # the merge imports the training stack
 def test_a_merge_without_its_adapter_fails_saying_so(
     store: LocalBlobStore,
     report_server: ReportServer,
@@ -109,6 +111,7 @@ def test_a_merge_without_its_adapter_fails_saying_so(
     )
 
 
+@pytest.mark.slow  # the merge imports the training stack
 def test_a_cancelled_task_stops_at_its_next_report_without_an_end_report(
     store: LocalBlobStore,
     report_server: ReportServer,

@@ -13,9 +13,13 @@ from pathlib import Path
 
 
 def _class(module: str, name: str) -> ast.ClassDef:
-    spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin is not None
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    # The file found from the top package's directory: finding a submodule's spec would import
+    # its packages (the training stack).
+    top, *rest = module.split(".")
+    spec = importlib.util.find_spec(top)
+    assert spec is not None and spec.submodule_search_locations
+    source = Path(next(iter(spec.submodule_search_locations)), *rest[:-1], f"{rest[-1]}.py")
+    tree = ast.parse(source.read_text(encoding="utf-8"))
     return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
 
 
