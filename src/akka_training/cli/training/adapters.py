@@ -5,6 +5,8 @@ Registered on the `runs` group."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,8 +46,10 @@ def download(
     client = state.client()
     manifest = client.adapter_manifest(run, snapshot)
     target = Path(directory) if directory else Path.cwd() / manifest.directory
-    refuse_unless_empty(target)
-    with transfer_bar(manifest.total_bytes, "downloading") as advance:
+    with (
+        writable_directory(target),
+        transfer_bar(manifest.total_bytes, "downloading") as advance,
+    ):
         written = client.download_manifest(
             manifest, target, overwrite=state.force, progress=advance
         )
@@ -84,22 +88,38 @@ def export(
     else:
         record = client.run(run)
         target = Path.cwd() / download_directory(record.model_name or record.id, snapshot, True)
-    refuse_unless_empty(target)
-    task = client.merge_run(run, snapshot)
-    follow_task(
-        client,
-        task,
-        f"The merge of run {run}",
-        timeout,
-        lambda p: f"{human_bytes(p.done or 0)} of {human_bytes(p.total or 0)}",
-        ", or run this again",
-    )
-    manifest = client.merged_manifest(run, snapshot)
-    with transfer_bar(manifest.total_bytes, "downloading") as advance:
-        written = client.download_manifest(
-            manifest, target, overwrite=state.force, progress=advance, task=task.id
+    with writable_directory(target):
+        task = client.merge_run(run, snapshot)
+        follow_task(
+            client,
+            task,
+            f"The merge of run {run}",
+            timeout,
+            lambda p: f"{human_bytes(p.done or 0)} of {human_bytes(p.total or 0)}",
+            ", or run this again",
         )
+        manifest = client.merged_manifest(run, snapshot)
+        with transfer_bar(manifest.total_bytes, "downloading") as advance:
+            written = client.download_manifest(
+                manifest, target, overwrite=state.force, progress=advance, task=task.id
+            )
     emit(written, print_written)
+
+
+@contextmanager
+def writable_directory(target: Path) -> Iterator[None]:
+    """`target`, made ready to write into (`refuse_unless_empty`); a directory this made is
+    removed again when what follows fails and leaves it empty, so a refused merge or download
+    leaves nothing behind."""
+    created = not target.exists()
+    refuse_unless_empty(target)
+    try:
+        yield
+    except BaseException:
+        if created:
+            with suppress(OSError):  # only an empty one goes
+                target.rmdir()
+        raise
 
 
 def refuse_unless_empty(target: Path) -> None:
