@@ -10,8 +10,12 @@ pytestmark = pytest.mark.slow
 
 # The suites below load this suite's root conftest as a plugin: its fixtures, hooks and guards.
 CONFTEST = 'pytest_plugins = ["tests.conftest"]\n'
-# ...and its markers, which the project's settings declare (a suite of its own reads none).
-INI = "[pytest]\nmarkers =\n    slow\n    postgres\n    ray\n"
+# ...and its markers, which the project's settings declare (a suite of its own reads none), and
+# the plugins they leave out (hypothesis's, loaded after hypothesis itself, warns as an error).
+INI = (
+    "[pytest]\naddopts = -p no:schemathesis -p no:hypothesispytest\n"
+    "markers =\n    slow\n    postgres\n    ray\n"
+)
 
 
 @pytest.fixture
