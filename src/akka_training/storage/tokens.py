@@ -13,6 +13,7 @@ dashboard, a launch file) holds nothing that still works once the job has starte
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import update
 from sqlalchemy.orm import Session
@@ -21,42 +22,33 @@ from akka_training.storage.ids import hash_secret, new_id, new_secret
 from akka_training.storage.models import Token
 
 
-def create_admin_token(session: Session, name: str) -> str:
+def _mint(session: Session, prefix: str, name: str, kind: str, **fields: Any) -> str:
+    """A new token row of `kind` (its id starting with `prefix`); the secret, which is stored
+    only as its hash."""
     secret = new_secret()
-    session.add(Token(id=new_id("t"), name=name, kind="admin", hash=hash_secret(secret)))
+    session.add(Token(id=new_id(prefix), name=name, kind=kind, hash=hash_secret(secret), **fields))
     return secret
+
+
+def create_admin_token(session: Session, name: str) -> str:
+    return _mint(session, "t", name, "admin")
 
 
 def create_job_token(session: Session, run_id: str, attempt: int, project: str) -> str:
-    secret = new_secret()
-    session.add(
-        Token(
-            id=new_id("j"),
-            name=f"job {run_id}/{attempt}",
-            kind="job",
-            hash=hash_secret(secret),
-            projects=[project],
-            run_id=run_id,
-            attempt=attempt,
-        )
+    return _mint(
+        session,
+        "j",
+        f"job {run_id}/{attempt}",
+        "job",
+        projects=[project],
+        run_id=run_id,
+        attempt=attempt,
     )
-    return secret
 
 
 def create_task_token(session: Session, task_id: str, project: str) -> str:
     """A token that reports for one task and does nothing else."""
-    secret = new_secret()
-    session.add(
-        Token(
-            id=new_id("k"),
-            name=f"task {task_id}",
-            kind="task",
-            hash=hash_secret(secret),
-            projects=[project],
-            task_id=task_id,
-        )
-    )
-    return secret
+    return _mint(session, "k", f"task {task_id}", "task", projects=[project], task_id=task_id)
 
 
 def create_bootstrap_token(
@@ -71,23 +63,19 @@ def create_bootstrap_token(
 ) -> str:
     """A one-time credential that a job (one attempt of a run) or a task exchanges for its token
     at its start, within `lifetime` of `now`."""
-    secret = new_secret()
     what = f"job {run_id}/{attempt}" if task_id is None else f"task {task_id}"
-    session.add(
-        Token(
-            id=new_id("b"),
-            name=f"bootstrap of {what}",
-            kind="bootstrap",
-            hash=hash_secret(secret),
-            projects=[project],
-            run_id=run_id,
-            attempt=attempt,
-            task_id=task_id,
-            created_at=now,
-            expires_at=now + lifetime,
-        )
+    return _mint(
+        session,
+        "b",
+        f"bootstrap of {what}",
+        "bootstrap",
+        projects=[project],
+        run_id=run_id,
+        attempt=attempt,
+        task_id=task_id,
+        created_at=now,
+        expires_at=now + lifetime,
     )
-    return secret
 
 
 def revoke_attempt_tokens(session: Session, run_id: str, attempt: int, now: datetime) -> None:
