@@ -19,7 +19,6 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import httpx
 import psutil
 import pytest
 
+from akka_training.testing.service import free_ports
 from akka_training.testing.waiting import until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,8 +67,9 @@ class RayHead:
         # Short and under /tmp: Ray's unix sockets live below it and paths are length-limited.
         self.root = Path(tempfile.mkdtemp(prefix="akka-ray-", dir="/tmp"))
         self.marker = self.root.name
-        self.gcs_port = _free_port()
-        self.dashboard_port = _free_port()
+        # Chosen together, so no two of the head's components are handed the same port.
+        self._ports = free_ports(9)
+        self.gcs_port, self.dashboard_port = self._ports[:2]
         self.dashboard_url = f"http://127.0.0.1:{self.dashboard_port}"
         self.jobs_dir = self.root / "jobs"
         # What a KubeRay pod gets from the downward API (docs/deploy-ray.md); jobs report them.
@@ -84,13 +85,21 @@ class RayHead:
         ports = {
             "--port": self.gcs_port,
             "--dashboard-port": self.dashboard_port,
-            "--ray-client-server-port": _free_port(),
-            "--dashboard-agent-listen-port": _free_port(),
-            "--dashboard-agent-grpc-port": _free_port(),
-            "--runtime-env-agent-port": _free_port(),
-            "--metrics-export-port": _free_port(),
-            "--node-manager-port": _free_port(),
-            "--object-manager-port": _free_port(),
+            **dict(
+                zip(
+                    (
+                        "--ray-client-server-port",
+                        "--dashboard-agent-listen-port",
+                        "--dashboard-agent-grpc-port",
+                        "--runtime-env-agent-port",
+                        "--metrics-export-port",
+                        "--node-manager-port",
+                        "--object-manager-port",
+                    ),
+                    self._ports[2:],
+                    strict=True,
+                )
+            ),
         }
         argv = [
             *_ray_command(),
@@ -273,12 +282,6 @@ def _ray_command() -> list[str]:
         "-c",
         "import sys; from ray.scripts.scripts import main; sys.exit(main())",
     ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _signal_group(pgid: int, sig: int) -> None:

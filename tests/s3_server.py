@@ -13,7 +13,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from akka_training.testing.service import free_port
 from akka_training.testing.waiting import until
 
 ACCESS_KEY = "akka-test-access-key"
@@ -32,15 +32,9 @@ SECRET_KEY = "akka-test-secret-key-not-a-real-one"
 REGION = "us-east-1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class MotoServer:
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.root = Path(tempfile.mkdtemp(prefix="akka-moto-"))
         self.proc: subprocess.Popen[bytes] | None = None

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from akka_training.cli import exits
-from akka_training.testing.service import free_port
+from akka_training.testing.service import free_port, free_ports
 from tests.cli import inprocess
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -173,7 +173,7 @@ def test_no_color_takes_every_style_out_of_help() -> None:
 def test_an_explicit_context_beats_trainer_url_and_the_variable_beats_the_current_one(
     tmp_path: Path,
 ) -> None:
-    far, near = free_port(), free_port()
+    far, near = free_ports(2)
     config = tmp_path / "config.yaml"
     config.write_text(
         yaml.safe_dump(

@@ -21,9 +21,23 @@ from akka_training.testing.waiting import until
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports.
+
+    Every socket stays bound until all are chosen, so the kernel cannot hand the same port out
+    twice (choosing them one at a time can, and a Ray head refuses two components on one port).
+    """
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 class TrainerProcess:
