@@ -32,9 +32,10 @@ def parse_model(model: type[M], data: dict[str, Any]) -> M:
 
 def salvage(model: type[M], data: dict[str, Any]) -> tuple[M | None, list[str]]:
     """What of a refused document still parses: `data` without the fields that failed (an
-    unknown field, a bad value, which then takes its default), read as `model`; and the fields
-    left out. None when a required field is missing or nothing parses, so that the rules can
-    still run over the rest and every problem is reported at once."""
+    unknown field, a bad value, which then takes its default; a bad item of a list of plain
+    values, such as a monitor's name in pauseOn), read as `model`; and the fields left out.
+    None when a required field is missing or nothing parses, so that the rules can still run
+    over the rest and every problem is reported at once."""
     document = copy.deepcopy(data)
     removed: list[str] = []
     for _ in range(4):
@@ -45,12 +46,19 @@ def salvage(model: type[M], data: dict[str, Any]) -> tuple[M | None, list[str]]:
                 if err["type"] == "missing" or not _remove(document, err["loc"]):
                     return None, removed
                 removed.append(_join(_clean_loc(err["loc"])))
+            _prune(document)
     return None, removed
+
+
+# What `_remove` leaves in a list where it took an item out: `_prune` drops it once every
+# error of a pass is removed, so that the other errors' positions still hold until then.
+_GONE = object()
 
 
 def _remove(document: Any, loc: tuple[Any, ...]) -> bool:
     """Delete the value at `loc` (as pydantic names it) from `document`; False when the path
-    is not there as a mapping key (a union's tag, a list item)."""
+    is not there as a mapping key or as a plain item of a list (a union's tag, a mapping in a
+    list: taking it out would renumber the problems of the items after it)."""
     node = document
     path = _clean_loc(tuple(loc))
     for i, part in enumerate(path):
@@ -62,11 +70,24 @@ def _remove(document: Any, loc: tuple[Any, ...]) -> bool:
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             if last:
-                return False
+                if isinstance(node[part], dict | list):
+                    return False
+                node[part] = _GONE
+                return True
             node = node[part]
         else:
             return False
     return False
+
+
+def _prune(node: Any) -> None:
+    if isinstance(node, dict):
+        for value in node.values():
+            _prune(value)
+    elif isinstance(node, list):
+        node[:] = [item for item in node if item is not _GONE]
+        for item in node:
+            _prune(item)
 
 
 def problems_of(exc: ValidationError, model: type[BaseModel]) -> list[Problem]:
@@ -78,7 +99,7 @@ def problems_of(exc: ValidationError, model: type[BaseModel]) -> list[Problem]:
         kind = err["type"]
         if kind == "extra_forbidden":
             parent = _join(loc[:-1])
-            known = _known_fields(model, loc[:-1])
+            known = _known_fields(model, list(err["loc"][:-1]))
             where = f" in {parent}" if parent else ""
             hint = f" (known fields: {', '.join(known)})" if known else ""
             message = f"{field} is not a known field{where}; remove it or check its spelling{hint}."
@@ -212,17 +233,45 @@ def _join(loc: list[Any]) -> str:
 
 
 def _known_fields(model: type[BaseModel], loc: list[Any]) -> list[str]:
+    """The fields of the model at `loc`, as pydantic names the path (with the tags of tagged
+    unions in it: a term's ``regex`` picks the regex term's fields, not the union's first)."""
     current: Any = model
+    annotation: Any = None
     for part in loc:
         if isinstance(part, int):
             continue
+        if annotation is not None:
+            member = _member(annotation, str(part))
+            if member is not None:
+                current, annotation = member, None
+                continue
         field = _field_by_alias(current, str(part))
         if field is None:
             return []
-        current = _model_of(field.annotation)
+        annotation = field.annotation
+        current = _model_of(annotation)
         if current is None:
             return []
     return [f.alias or name for name, f in current.model_fields.items()]
+
+
+def _member(annotation: Any, tag: str) -> type[BaseModel] | None:
+    """The member of a tagged union in `annotation` whose ``kind`` (or ``type``) is `tag`."""
+    for model in _models_in(annotation):
+        for key in ("kind", "type"):
+            field = model.model_fields.get(key)
+            if field is not None and tag in (getattr(field.annotation, "__args__", ()) or ()):
+                return model
+    return None
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found += _models_in(arg)
+    return found
 
 
 def _field_by_alias(model: type[BaseModel], alias: str) -> Any:

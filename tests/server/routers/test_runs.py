@@ -178,6 +178,63 @@ def test_an_unknown_field_and_the_rules_problems_come_together(
     assert answered.json()["error"]["message"].startswith("The plan was refused (6 problems):")
 
 
+def test_a_bad_monitor_name_and_a_bad_correctness_term_come_together(
+    api: httpx.Client, dataset: Any
+) -> None:
+    plan = sft_plan(
+        config={
+            "method": "grpo",
+            "hyperparams": None,
+            "rlHyperparams": {"maxCompletionTokens": 64},
+            "reward": {"terms": [{"name": "correct", "kind": "match"}]},
+            "monitors": {"pauseOn": ["length-drift", "vibes"], "correctnessTerm": "right"},
+        },
+    )
+    answered = api.post("/v1/runs", params={"dry_run": "true"}, json=plan)
+    assert answered.status_code == 422
+    problems = [(p["field"], p["message"]) for p in answered.json()["error"]["problems"]]
+    assert problems == [
+        (
+            "config.monitors.pauseOn[1]",
+            "config.monitors.pauseOn[1]: set it to 'answer-collapse', 'zero-spread', "
+            "'length-drift', 'length-clipped', 'entropy-collapse', 'judge-failures', "
+            "'judge-latency', 'reward-hacking' or 'non-finite-loss'.",
+        ),
+        (
+            "config.monitors.correctnessTerm",
+            "config.monitors.correctnessTerm 'right' is not a reward term of this plan; name "
+            "one of correct.",
+        ),
+    ]
+
+
+def test_an_unknown_field_of_a_term_lists_the_fields_of_its_kind(
+    api: httpx.Client, dataset: Any
+) -> None:
+    terms = [
+        {"name": "shape", "kind": "regex", "patern": "^####"},
+        {"name": "short", "kind": "length", "maxTokens": 8, "slack": 2},
+    ]
+    plan = sft_plan(config={"method": "grpo", "hyperparams": None, "reward": {"terms": terms}})
+    answered = api.post("/v1/runs", params={"dry_run": "true"}, json=plan)
+    assert answered.status_code == 422
+    problems = [(p["field"], p["message"]) for p in answered.json()["error"]["problems"]]
+    assert problems == [
+        ("config.reward.terms[0].pattern", "config.reward.terms[0].pattern is required; set it."),
+        (
+            "config.reward.terms[0].patern",
+            "config.reward.terms[0].patern is not a known field in config.reward.terms[0]; "
+            "remove it or check its spelling (known fields: name, weight, kind, pattern).",
+        ),
+        (
+            "config.reward.terms[1].slack",
+            "config.reward.terms[1].slack is not a known field in config.reward.terms[1]; "
+            "remove it or check its spelling (known fields: name, weight, kind, minTokens, "
+            "maxTokens, slackTokens).",
+        ),
+    ]
+
+
 def test_a_started_run_waits_in_the_queue_and_reads_back(api: httpx.Client, dataset: Any) -> None:
     resolved = api.post("/v1/runs", params={"dry_run": "true"}, json=sft_plan()).json()
     run = api.post("/v1/runs", json=sft_plan()).json()
