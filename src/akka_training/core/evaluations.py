@@ -13,16 +13,18 @@ evaluations (`compare`) says whether a difference is beyond that noise.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from akka_training.core import limits
 from akka_training.core.bounds import Int, ModelName, Name, Number, Reference
 from akka_training.core.errors import PlanRefused, Problem
-from akka_training.core.parsing import parse_model
+from akka_training.core.parsing import problems_of, salvage
 from akka_training.core.plans import (
     HttpTerm,
     JudgeTerm,
@@ -150,12 +152,36 @@ class EvaluationResult(PlanModel):
 
 def parse_evaluation(data: dict[str, Any]) -> EvaluationPlan:
     """The plan, or `PlanRefused` with every problem; an unknown metric is named as such."""
+    read = read_evaluation(data)
+    if read.plan is None or read.problems:
+        raise PlanRefused(read.problems)
+    return read.plan
+
+
+@dataclass
+class ReadEvaluation:
+    """What `read_evaluation` made of a document: the plan as far as it parses (None when a
+    required field is missing), every problem of the document itself, and the fields left out
+    of the plan because they failed (they took their defaults)."""
+
+    plan: EvaluationPlan | None
+    problems: list[Problem]
+    removed: list[str] = field(default_factory=list)
+
+
+def read_evaluation(data: dict[str, Any]) -> ReadEvaluation:
+    """Every problem of the document at once: unknown metrics, the schema's problems and the
+    rules between metrics and generation, these over what still parses. A metric that fails
+    is read as a placeholder in its place, so that the others keep their positions."""
     problems: list[Problem] = []
-    metrics = data.get("metrics")
+    document = copy.deepcopy(data)
+    metrics = document.get("metrics")
+    failed: set[int] = set()
     if isinstance(metrics, list):
         for i, metric in enumerate(metrics):
             kind = metric.get("kind") if isinstance(metric, dict) else None
             if kind not in METRIC_KINDS:
+                failed.add(i)
                 problems.append(
                     Problem(
                         f"metrics[{i}].kind",
@@ -163,13 +189,48 @@ def parse_evaluation(data: dict[str, Any]) -> EvaluationPlan:
                         f"{', '.join(METRIC_KINDS)}.",
                     )
                 )
-    if problems:
-        raise PlanRefused(problems)
-    plan = parse_model(EvaluationPlan, data)
-    problems = metric_problems(plan)
-    if problems:
-        raise PlanRefused(problems)
-    return plan
+    _placeholders(document, failed)
+    try:
+        plan: EvaluationPlan | None = EvaluationPlan.model_validate(document)
+        removed: list[str] = []
+    except ValidationError as exc:
+        problems += problems_of(exc, EvaluationPlan)
+        broken = {i for i in (_metric_at(err["loc"]) for err in exc.errors()) if i is not None}
+        failed |= broken
+        _placeholders(document, broken)
+        plan, removed = salvage(EvaluationPlan, document)
+    if plan is None:
+        return ReadEvaluation(None, problems, removed)
+    defaulted = any(f == "generation" or f.startswith("generation.") for f in removed)
+    problems += [
+        p
+        for p in metric_problems(plan)
+        if not (defaulted and "generation." in p.message) and not _placeholder_field(p, failed)
+    ]
+    return ReadEvaluation(plan, problems, removed)
+
+
+# What stands in for a metric that failed: a loss metric (no rule reads it) of its own name.
+_PLACEHOLDER = "metrics[{}] as written"
+
+
+def _placeholders(document: dict[str, Any], positions: set[int]) -> None:
+    metrics = document.get("metrics")
+    if not isinstance(metrics, list):
+        return
+    for i in positions:
+        if i < len(metrics):
+            metrics[i] = {"kind": "loss", "name": _PLACEHOLDER.format(i)}
+
+
+def _metric_at(loc: tuple[Any, ...]) -> int | None:
+    if len(loc) >= 2 and loc[0] == "metrics" and isinstance(loc[1], int):
+        return loc[1]
+    return None
+
+
+def _placeholder_field(problem: Problem, failed: set[int]) -> bool:
+    return any(problem.field.startswith(f"metrics[{i}]") for i in failed)
 
 
 def metric_problems(plan: EvaluationPlan) -> list[Problem]:

@@ -210,13 +210,17 @@ def _shown(value: Any) -> str:
     return type(value).__name__
 
 
+# The tags of the tagged unions: a reward's terms, an evaluation's metrics.
+_TAGS = ("match", "regex", "length", "rule", "judge", "http", "loss", "pass@k")
+
+
 def _clean_loc(loc: tuple[Any, ...]) -> list[Any]:
     out: list[Any] = []
-    for part in loc:
-        # Discriminated unions add the tag ('match', ...) and type names to the path.
-        if isinstance(part, str) and (
-            part in ("match", "regex", "length", "rule", "judge", "http") or "[" in part
-        ):
+    for i, part in enumerate(loc):
+        # Discriminated unions add the tag ('match', ...) after an item's position, and type
+        # names, to the path.
+        tag = part in _TAGS and i > 0 and isinstance(loc[i - 1], int)
+        if isinstance(part, str) and (tag or "[" in part):
             continue
         out.append(part)
     return out

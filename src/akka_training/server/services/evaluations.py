@@ -27,7 +27,7 @@ from akka_training.core.evaluations import (
     EvaluateParams,
     EvaluationPlan,
     EvaluationResult,
-    parse_evaluation,
+    read_evaluation,
 )
 from akka_training.core.evaluations import (
     MetricValue as MetricResult,
@@ -72,8 +72,8 @@ def start(
     with every problem."""
     if not isinstance(document, dict):
         raise PlanRefused([Problem("kind", "An evaluation plan is a mapping.")])
-    plan = parse_evaluation(document)
     evaluation_id = new_id("ev")
+    plan = _readable(session, ctx, principal, document, evaluation_id)
     if dry_run or ctx.telemetry is None:
         checked = check(session, ctx, principal, plan, evaluation_id)
         if dry_run:
@@ -87,6 +87,30 @@ def start(
         # The job's spans join this one's trace (its root span is a child of this span).
         task.traceparent = ctx.telemetry.traceparent()
         return evaluation_record(task)
+
+
+def _readable(
+    session: Session, ctx: AppContext, principal: Principal, document: Any, evaluation_id: str
+) -> EvaluationPlan:
+    """The plan, or `PlanRefused` with every problem at once: those of the document, and those
+    the checks find in what of it still parses (a field that failed and took its default is
+    not checked)."""
+    read = read_evaluation(document)
+    if read.plan is not None and not read.problems:
+        return read.plan
+    problems = list(read.problems)
+    if read.plan is not None:
+        try:
+            check(session, ctx, principal, read.plan, evaluation_id)
+        except PlanRefused as refused:
+            problems += [
+                p
+                for p in refused.all_problems
+                if not any(
+                    p.field == f or p.field.startswith((f + ".", f + "[")) for f in read.removed
+                )
+            ]
+    raise PlanRefused(problems, "evaluation plan")
 
 
 def create(
