@@ -64,3 +64,21 @@ def error(code: str, message: str, problems: list[dict[str, str]] | None = None)
 
 def answer(response: httpx.Response) -> tuple[int, Any]:
     return response.status_code, response.json()
+
+
+def grpo_plan(**changes: Any) -> dict[str, Any]:
+    """A grpo plan on the development chat model, rewarded by one match term `correct`."""
+    rl = {
+        "config": {
+            "method": "grpo",
+            "hyperparams": None,
+            "rlHyperparams": {
+                "maxCompletionTokens": 64,
+                "promptsPerStep": 2,
+                "generationsPerPrompt": 2,
+                "training": {"maxSteps": 4},
+            },
+            "reward": {"terms": [{"name": "correct", "kind": "match"}]},
+        }
+    }
+    return deep_merge(sft_plan(**rl), changes)

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from akka_training.api.tasks import TaskRecord
 from akka_training.core.errors import Conflict, InvalidRequest, PlanRefused, Problem
-from akka_training.core.parsing import problems_of
+from akka_training.core.parsing import problems_of, salvage
 from akka_training.core.plans import RL_METHODS, Reward, RuleTerm
 from akka_training.core.resolved import BundlePin
 from akka_training.core.tasks import REGRADE, RegradeParams, RegradeSource
@@ -88,13 +88,17 @@ def start(
 def _reward(
     session: Session, principal: Principal, document: dict[str, Any]
 ) -> tuple[Reward, dict[str, BundlePin]]:
-    """The reward, with every problem at once; its rule terms' bundles pinned."""
-    try:
-        reward = Reward.model_validate(document)
-    except ValidationError as exc:
-        raise PlanRefused(problems_of(exc, Reward), what="reward") from exc
+    """The reward, with every problem at once (its schema's, the rules' over the document as
+    written, its rule terms' bundles); its rule terms' bundles pinned."""
     problems: list[Problem] = []
-    if not reward.terms:
+    try:
+        reward: Reward | None = Reward.model_validate(document)
+    except ValidationError as exc:
+        problems += problems_of(exc, Reward)
+        reward, _ = salvage(Reward, document)
+    written = document.get("terms")
+    terms = written if isinstance(written, list) else []
+    if not terms and not any(p.field == "terms" for p in problems):
         problems.append(
             Problem(
                 "terms",
@@ -102,7 +106,9 @@ def _reward(
                 "{name: correct, kind: match, mode: exact}).",
             )
         )
-    counts = Counter(t.name for t in reward.terms)
+    counts = Counter(
+        t["name"] for t in terms if isinstance(t, dict) and isinstance(t.get("name"), str)
+    )
     twice = sorted(n for n, c in counts.items() if c > 1)
     if twice:
         problems.append(
@@ -112,10 +118,10 @@ def _reward(
         )
     users = [
         (f"terms[{i}].bundle", term)
-        for i, term in enumerate(reward.terms)
+        for i, term in enumerate(reward.terms if reward is not None else [])
         if isinstance(term, RuleTerm)
     ]
     pins = pin_bundles(session, principal, users, problems)
-    if problems:
+    if problems or reward is None:
         raise PlanRefused(problems, what="reward")
     return reward, pins
