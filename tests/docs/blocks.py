@@ -132,7 +132,8 @@ NOT_RUN = {
     ("docs/rollouts.md", "akka training runs rollouts RUN [--step N]"): SYNOPSIS,
     ("docs/rollouts.md", "akka training runs verify RUN_ID"): (
         "verifies a reinforcement run, and the run the pages assume is sft; "
-        "tests/integration/test_training.py verifies real grpo and gspo runs through the CLI"
+        "tests/integration/test_training.py and test_verify.py verify real grpo runs through the "
+        "CLI"
     ),
     ("docs/rollouts.md", "akka training runs rollouts RUN_ID --step 120 --worst 10"): (
         "reads step 120 of a long reinforcement run; tests/integration/test_training.py reads a "

@@ -290,14 +290,14 @@ def test_reinforcement_keeps_every_rollout_and_its_figures_match_them(
         (trainer.home / "blobs" / f"runs/{key}/rollouts/step-4.parquet").read_bytes()
     )
     assert sorted(r.score for r in stored) == everything
-    # runs verify recomputes every step's figures from the kept files and finds them equal.
+    # runs verify counts every step's figures again from the kept files and finds them equal.
     verified = trainer.cli_json("training", "runs", "verify", run["id"])
     assert [s["step"] for s in verified["steps"]] == [1, 2, 3, 4]
     assert all(s["rollouts"] == 8 and s["figures"] > 10 for s in verified["steps"])
     assert verified["differences"] == []
     text = trainer.cli("training", "runs", "verify", run["id"]).stdout
     assert f"Run {run['id']}: all " in text
-    assert "published figures of its 4 steps match their recomputation from the 32 kept" in text
+    assert "published figures of its 4 steps match their recount from the 32 kept" in text
     # A step file that no longer holds what the step published: verify names the difference.
     step_file = trainer.home / "blobs" / f"runs/{key}/rollouts/step-4.parquet"
     original = step_file.read_bytes()
@@ -311,7 +311,7 @@ def test_reinforcement_keeps_every_rollout_and_its_figures_match_them(
         mean = next(d for d in differences if d["figure"] == "reward/mean")
         assert mean["recomputed"] == pytest.approx(mean["published"] + 1.0)
         shown = trainer.cli("training", "runs", "verify", run["id"], check=False).stdout
-        assert "of its figures differ from their recomputation" in shown and "reward/mean" in shown
+        assert "of its figures differ from their recount" in shown and "reward/mean" in shown
     finally:
         step_file.write_bytes(original)
 

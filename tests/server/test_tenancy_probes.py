@@ -202,13 +202,14 @@ def test_a_run_of_another_project_answers_as_one_that_is_not_there(world: World)
             "/rollouts",
             "/tree",
             "/logs",
-            "/verification",
             "/grafana",
             "/adapter",
             "/merged",
         )
     ]
-    probes += [Probe(path, "POST", under(path)) for path in ("/cancel", "/resume")]
+    probes += [
+        Probe(path, "POST", under(path)) for path in ("/cancel", "/resume", "/verifications")
+    ]
     probes += [
         Probe("pause", "POST", lambda r: f"/v1/runs/{r}/pause", lambda _: {}),
         Probe("branch", "POST", lambda r: f"/v1/runs/{r}/branch", lambda _: {"snapshot": "s"}),

@@ -26,8 +26,7 @@ if TYPE_CHECKING:
     import akka_training.api.rollouts
     import akka_training.api.runs
     import akka_training.api.system
-    import akka_training.api.tasks
-    import akka_training.api.verification  # noqa: F401
+    import akka_training.api.tasks  # noqa: F401
 
 T = TypeVar("T")
 
@@ -586,7 +585,7 @@ class AsyncTrainerClient(AsyncBase):
     async def tree(self, run_ref: str) -> api.runs.RunTree:
         return await self._run(lambda: self.client.tree(run_ref=run_ref))
 
-    async def verify(self, run_ref: str) -> api.verification.RunVerification:
+    async def verify(self, run_ref: str) -> api.tasks.TaskRecord:
         return await self._run(lambda: self.client.verify(run_ref=run_ref))
 
     async def wait_evaluation(

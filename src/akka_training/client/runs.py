@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import akka_training.api.grafana
     import akka_training.api.rollouts
     import akka_training.api.runs
-    import akka_training.api.verification  # noqa: F401
+    import akka_training.api.tasks  # noqa: F401
 
 # Lines of a kind this client does not know (from a newer service) are skipped.
 _RUN_LINES = ("event", "progress", "run")
@@ -196,11 +196,11 @@ class RunsApi(BaseClient):
             api.rollouts.StepRollouts, "GET", f"/v1/runs/{run_ref}/rollouts", params=params
         )
 
-    def verify(self, run_ref: str) -> api.verification.RunVerification:
-        """The run's published figures against their recomputation from its kept rollouts."""
-        return self.call(
-            api.verification.RunVerification, "GET", f"/v1/runs/{run_ref}/verification"
-        )
+    def verify(self, run_ref: str) -> api.tasks.TaskRecord:
+        """Check the run's published figures against its kept rollouts, counted again, and
+        those against its reward, scored again, as a task on the trainer's cluster; the task
+        (its result: `core.tasks.VerifyResult`)."""
+        return self.call(api.tasks.TaskRecord, "POST", f"/v1/runs/{run_ref}/verifications")
 
     def grafana_link(self, run_ref: str, project: str | None = None) -> api.grafana.GrafanaLink:
         params = {"project": project}

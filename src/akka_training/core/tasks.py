@@ -1,5 +1,6 @@
 """Tasks: work the service has done on the cluster that is not a training run (a merge of an
-adapter into its base model, a re-grading of a run's kept rollouts; evaluations later).
+adapter into its base model, a re-grading of a run's kept rollouts, a reward preview, an
+evaluation, the verification of a run's figures and rollouts).
 
 A task is one job on the cluster backend, started by the controller like a run's attempt but
 with its own spec (`TaskSpec`, written to ``task.json`` beside it), its own token (scoped to
@@ -11,7 +12,7 @@ report, `finished` with its result or `failed` with a sentence for the user. Eac
 no claim, runs on the CPUs of a node of its pool, and never runs inside the service.
 
 Each kind of task has its parameters and result here (`MergeParams`, `MergeResult`,
-`RegradeParams`, `RegradeResult`), its job
+`RegradeParams`, `RegradeResult`, `VerifyParams`, `VerifyResult`, ...), its job
 code in `akka_training.engines.tasks`, and its requests in the service.
 """
 
@@ -238,3 +239,79 @@ class PreviewResult(PlanModel):
     with_reference: int
     terms: list[PreviewTerm]
     estimate: PreviewEstimate | None = None
+
+
+# --- the verification --------------------------------------------------------------------------
+
+VERIFY = "verify"
+
+
+class VerifySource(PlanModel):
+    """One step to verify: its step file, the attempt that trained it (a new attempt starts a
+    new baseline of the history monitors) and the figures it published (finite numbers)."""
+
+    step: int
+    attempt: int
+    blob: str
+    published: dict[str, float]
+
+
+class VerifyParams(PlanModel):
+    """Recompute every figure the steps published from their kept rollouts, and score each
+    rollout again with the run's own `reward` (its rule terms' bundles pinned in `bundles`).
+    `tokenizer`: the blob prefix of the run's tokenizer (the ``tokens`` figure counts prompt
+    tokens too); `base_model`: its fallback, where the run stored none; `tools`: whether the run
+    declared tools (their schema is part of each prompt, so ``tokens`` is then not recounted)."""
+
+    reward: Reward
+    bundles: dict[str, BundlePin] = Field(default_factory=dict)
+    engine: str
+    generations_per_prompt: int
+    max_completion_tokens: int
+    baseline_steps: int
+    correctness_term: str | None = None
+    tokenizer: str | None = None
+    base_model: BaseModelPin | None = None
+    tools: bool = False
+    steps: list[VerifySource]
+
+
+class VerifiedStep(PlanModel):
+    step: int
+    rollouts: int  # how many kept rollouts the figures were recomputed from
+    figures: int  # how many published figures were compared
+    rescored: int  # how many rollouts were scored again
+
+
+class FigureDifference(PlanModel):
+    """A published figure that is not what the kept rollouts say. `published` None: the step
+    published no such figure."""
+
+    step: int
+    figure: str  # as `runs metrics` names it
+    published: float | None
+    recomputed: float
+
+
+class RolloutDifference(PlanModel):
+    """A kept rollout whose record the run's reward does not give again: `field` is ``score``,
+    ``shares.<term>`` or ``values.<term>``; `kept` what the record holds, `rescored` what the
+    reward gives its prompt, completion and expected answer now."""
+
+    step: int
+    index: int
+    field: str
+    kept: float | None
+    rescored: float | None
+
+
+class VerifyResult(PlanModel):
+    """Every step verified, each figure and rollout that differs (none: the run's figures are
+    what its rollouts say, and its rollouts are what its reward gives), and what could not be
+    checked, as sentences."""
+
+    run: str
+    steps: list[VerifiedStep]
+    differences: list[FigureDifference]
+    rollouts: list[RolloutDifference]
+    unchecked: list[str] = Field(default_factory=list)

@@ -25,7 +25,8 @@ from akka_training.cli.output import (
 )
 from akka_training.cli.state import state
 from akka_training.cli.training.rollouts import print_rollouts
-from akka_training.cli.training.verification import print_verification
+from akka_training.cli.training.task_follow import follow_task
+from akka_training.cli.training.verification import print_verification, verification_of
 from akka_training.cli.watching import Watcher
 from akka_training.core.errors import InvalidRequest
 from akka_training.core.limits import MAX_PLAN_BYTES
@@ -389,14 +390,29 @@ def rollouts(
 
 
 @app.command()
-def verify(run: str = RUN) -> None:
-    """Recompute each step's figures from the kept rollouts; exit 1 on any difference.
+def verify(
+    run: str = RUN,
+    timeout: float = typer.Option(
+        None, "--timeout", help="Give up waiting for the verification after this many seconds."
+    ),
+) -> None:
+    """Check each step's figures and rollouts again; exit 1 on any difference.
 
-    The figures: the reward's mean and spread, each term's share and the lengths, each
-    difference printed."""
-    result = state.client().verify(run)
+    Every figure a step published (rewards, term shares, lengths, tokens, health monitors) is
+    counted again from its kept rollouts, and each rollout scored again with the run's reward,
+    as a task on the training cluster. Prints each figure and rollout that differs. On a run
+    still training, only the steps whose report and rollouts are both in are checked."""
+    client = state.client()
+    task = follow_task(
+        client,
+        client.verify(run),
+        f"The verification of run {run}",
+        timeout,
+        lambda p: f"{p.done or 0:g} of {p.total or 0:g} steps",
+    )
+    result = verification_of(task)
     emit(result, print_verification)
-    if result.differences:
+    if result.differences or result.rollouts:
         raise typer.Exit(1)
 
 

@@ -1,6 +1,6 @@
 """Tasks on the cluster that are not training runs (`akka_training.core.tasks`): the entry
 point every task's job runs (`job`), its reporter, and one module per kind of task (`merge`,
-`regrade`, `preview`, `evaluate`).
+`regrade`, `preview`, `evaluate`, `verify`).
 
 Register a kind in `TASKS` as ``"module:function"``; the function takes a `TaskContext` and
 returns the task's result (a JSON mapping), or raises `TaskError` with the sentence the user
@@ -14,4 +14,5 @@ TASKS: dict[str, str] = {
     "regrade": "akka_training.engines.tasks.regrade:regrade",
     "preview": "akka_training.engines.tasks.preview:preview",
     "evaluate": "akka_training.engines.tasks.evaluate:evaluate",
+    "verify": "akka_training.engines.tasks.verify:verify",
 }

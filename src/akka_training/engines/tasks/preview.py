@@ -15,7 +15,7 @@ from akka_training.engines.data import read_rows, rl_rows
 from akka_training.engines.failures import DataError, RewardError
 from akka_training.engines.tasks.context import TaskContext, TaskError
 from akka_training.engines.tasks.estimate import estimate
-from akka_training.engines.tasks.regrade import _resolver
+from akka_training.engines.tasks.regrade import resolver
 from akka_training.rewards.inputs import RewardSetupError, RolloutInput, prompt_text
 from akka_training.rewards.scorer import RewardScorer
 
@@ -42,7 +42,7 @@ def preview(task: TaskContext) -> dict[str, Any]:
             tokens = len(text.split())
             batch.append(RolloutInput(row.prompt, text, row.expected, tokens, columns, group=i))
             kinds.append(kind)
-    resolve = _resolver(task, params.bundles, task.workdir / "bundles")
+    resolve = resolver(task, params.bundles, task.workdir / "bundles")
     try:
         scorer = RewardScorer.from_reward(params.reward, bundle_resolver=resolve)
     except (RewardSetupError, RewardError) as exc:

@@ -33,7 +33,7 @@ def regrade(task: TaskContext) -> dict[str, Any]:
     params = RegradeParams.model_validate(task.spec.params)
     run_id = task.spec.run_id or "run"
     output = blobkeys.regrade_prefix(run_id, task.spec.task_id)
-    resolve = _resolver(task, params.bundles, task.workdir / "bundles")
+    resolve = resolver(task, params.bundles, task.workdir / "bundles")
     try:
         scorer = RewardScorer.from_reward(params.reward, bundle_resolver=resolve)
     except (RewardSetupError, RewardError) as exc:
@@ -53,7 +53,7 @@ def regrade(task: TaskContext) -> dict[str, Any]:
                 ) from exc
             if old and not old_weights:
                 old_weights = dict(old[0].weights)
-            batch = [_input(r) for r in old]
+            batch = [input_of(r) for r in old]
             scored = scorer.score(batch)
             new = rollouts_from_scores(source.step, batch, scored, scorer.weights)
             task.store.put_bytes(output + f"step-{source.step}.parquet", step_file_bytes(new))
@@ -70,7 +70,8 @@ def regrade(task: TaskContext) -> dict[str, Any]:
     ).to_json()
 
 
-def _input(r: Rollout) -> RolloutInput:
+def input_of(r: Rollout) -> RolloutInput:
+    """What the reward terms score of a kept rollout (a verification's too)."""
     return RolloutInput(
         prompt=r.prompt,
         completion=r.completion,
@@ -116,7 +117,9 @@ def _mean(means: list[float], counts: list[int]) -> float:
     return sum(m * c for m, c in zip(means, counts, strict=True)) / n if n else 0.0
 
 
-def _resolver(task: TaskContext, pins: dict[str, BundlePin], root: Path) -> Any:
+def resolver(task: TaskContext, pins: dict[str, BundlePin], root: Path) -> Any:
+    """A scorer's bundle resolver over the bundles `pins` pins, unpacked under `root`."""
+
     def resolve(ref: str) -> Path:
         pin = pins.get(ref)
         if pin is None:

@@ -22,7 +22,7 @@ from akka_training.api.runs import (
     RunWaitLine,
     Snapshot,
 )
-from akka_training.api.verification import RunVerification
+from akka_training.api.tasks import TaskRecord
 from akka_training.core.limits import INT32_MAX
 from akka_training.deployment.context import AppContext
 from akka_training.server.deps import Caller, Ctx, Db
@@ -146,16 +146,26 @@ def rollouts(
     return rollouts_service.rollouts(db, ctx, caller, run_ref, step, order, limit)
 
 
-@router.get(
-    "/{run_ref}/verification",
+@router.post(
+    "/{run_ref}/verifications",
+    status_code=201,
     responses=errors(
-        (400, "A bad run reference, or a run that keeps no rollouts (sft)."), 401, 403, 404
+        (400, "A bad run reference, or a run that keeps no rollouts (sft)."),
+        401,
+        403,
+        (404, "There is no such run."),
+        (409, "No step of the run has both its report and its rollouts in yet."),
     ),
 )
-def verification(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> RunVerification:
-    """Each step's published figures recomputed from the rollouts the run kept: the steps
-    checked, and every figure that differs."""
-    return verification_service.verify(db, ctx, caller, run_ref)
+def verification(run_ref: str, ctx: Ctx, db: Db, caller: Caller) -> TaskRecord:
+    """Check every step's published figures against the rollouts the run kept, counted again,
+    and those rollouts against the run's reward, scored again, as a task on the cluster; the
+    task to follow (``GET /v1/tasks/{id}``), whose result lists each figure and rollout that
+    differs. The run is not changed."""
+    task = verification_service.start(db, caller, run_ref)
+    if ctx.controller is not None:
+        ctx.controller.wake()
+    return task
 
 
 @router.get("/{run_ref}/tree", responses=errors(*_LOOKUP))
