@@ -54,9 +54,10 @@ def verify(task: TaskContext) -> dict[str, Any]:
     ]
     if not remote:
         unchecked = []
-    unchecked.append(
-        "tools/* figures are not recounted: the engines count the calls the tools served."
-    )
+    if params.tools:
+        unchecked.append(
+            "tools/* figures are not recounted: the engines count the calls the tools served."
+        )
     count = _token_counter(task, params, unchecked)
     scorer = _scorer(task, params, local) if local.terms else None
     result = VerifyResult(run=task.spec.run_id or "run", steps=[], differences=[], rollouts=[])
