@@ -22,7 +22,7 @@ class TaskProgress(ResponseBody):
 
 class TaskRecord(ResponseBody):
     id: str
-    kind: str = Field(description="merge or regrade")
+    kind: str = Field(description="merge, regrade, preview, evaluate or verify")
     project: str
     run: str | None = Field(description="The run the task concerns.")
     state: str = Field(description="PENDING, RUNNING, SUCCEEDED, FAILED or CANCELLED.")
