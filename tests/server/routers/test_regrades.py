@@ -1,5 +1,6 @@
 """A regrade's reward is refused with every problem at once, as a run plan's is: the schema's,
-a duplicate term name, and for an unknown field the fields of the term's own kind."""
+a duplicate term name, a pattern that does not compile, and for an unknown field the fields of
+the term's own kind."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def test_a_reward_is_refused_with_every_problem_at_once(
             {"name": "correct", "kind": "match"},
             {"name": "shape", "kind": "regex", "patern": "^####"},
             {"name": "correct", "kind": "length", "maxTokens": 8, "slack": 2},
+            {"name": "broken", "kind": "regex", "pattern": "(["},
         ]
     }
     problems = [
@@ -65,6 +67,11 @@ def test_a_reward_is_refused_with_every_problem_at_once(
             "(known fields: name, weight, kind, minTokens, maxTokens, slackTokens).",
         ),
         ("terms", "Term names must be unique; correct appear more than once."),
+        (
+            "terms[3].pattern",
+            "terms[3].pattern '([' is not a valid regular expression (unterminated character "
+            "set at position 1); fix the pattern.",
+        ),
     ]
     lines = "".join(f"\n  - {message}" for _, message in problems)
 
@@ -74,7 +81,7 @@ def test_a_reward_is_refused_with_every_problem_at_once(
         422,
         error(
             "plan-refused",
-            f"The reward was refused (4 problems):{lines}",
+            f"The reward was refused (5 problems):{lines}",
             [{"field": field, "message": message} for field, message in problems],
         ),
     )

@@ -5,6 +5,7 @@ The run itself is only read."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -116,6 +117,7 @@ def _reward(
                 "terms", f"Term names must be unique; {', '.join(twice)} appear more than once."
             )
         )
+    problems += _patterns(terms)
     users = [
         (f"terms[{i}].bundle", term)
         for i, term in enumerate(reward.terms if reward is not None else [])
@@ -125,3 +127,25 @@ def _reward(
     if problems or reward is None:
         raise PlanRefused(problems, what="reward")
     return reward, pins
+
+
+def _patterns(terms: list[Any]) -> list[Problem]:
+    """A regex term's pattern must compile (as a run plan's must)."""
+    out = []
+    for i, term in enumerate(terms):
+        if not isinstance(term, dict) or term.get("kind") != "regex":
+            continue
+        pattern = term.get("pattern")
+        if not isinstance(pattern, str):
+            continue
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            out.append(
+                Problem(
+                    f"terms[{i}].pattern",
+                    f"terms[{i}].pattern {pattern!r} is not a valid regular expression ({exc}); "
+                    "fix the pattern.",
+                )
+            )
+    return out
