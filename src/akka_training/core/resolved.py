@@ -21,7 +21,7 @@ class DatasetPin(PlanModel):
     sha256: str
     rows: int
     bytes: int
-    format: Literal["chat", "prompt-completion"]
+    format: Literal["chat", "prompt-completion", "preference"]
     has_images: bool
     blob: str  # key in the blob store
 
