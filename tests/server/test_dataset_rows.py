@@ -350,10 +350,17 @@ def test_preference_rows_are_refused_with_their_line_and_reason() -> None:
             {"input": {"messages": [user("q")]}, "preferred_output": [answer("2")]},
             {"prompt": "q", "chosen": "2", "rejected": " "},
             {"prompt": "q", "chosen": "2", "rejected": "2"},
-            {"prompt": [user("q"), answer("a")], "chosen": [answer("2")], "rejected": [answer("3")]},
+            {
+                "prompt": [user("q"), answer("a")],
+                "chosen": [answer("2")],
+                "rejected": [answer("3")],
+            },
             {"prompt": [user("q")], "chosen": [user("2")], "rejected": [answer("3"), user("4")]},
-            {"prompt": [user("q"), {"role": "system", "content": "s"}], "chosen": [answer("2")],
-             "rejected": [answer("3")]},
+            {
+                "prompt": [user("q"), {"role": "system", "content": "s"}],
+                "chosen": [answer("2")],
+                "rejected": [answer("3")],
+            },
             {"chosen": [user("q"), answer("2")], "rejected": [user("r"), answer("3")]},
             {"prompt": [user("q")], "chosen": "2", "rejected": "3"},
         )

@@ -96,7 +96,7 @@ class RunSummary(ResponseBody):
     project: str
     model_name: str | None
     description: str | None
-    method: str = Field(description="sft, grpo or gspo.")
+    method: str = Field(description="sft, dpo, grpo or gspo.")
     engine: str = Field(description="trl or verl.")
     base_model: str
     dataset: str = Field(description="The pinned dataset, PROJECT/NAME:vN.")

@@ -58,7 +58,7 @@ class BundlePin(PlanModel):
 
 class Settings(PlanModel):
     project: str
-    method: Literal["sft", "grpo", "gspo"]
+    method: Literal["sft", "dpo", "grpo", "gspo"]
     engine: Literal["trl", "verl"]
     base_model: BaseModelPin
     dataset: DatasetPin

@@ -118,7 +118,7 @@ class RunFigures(_Stored):
             "mfu": totals.mfu(),
             "padding_share": totals.padding_share(),
         }
-        if figures.loss is not None and method == "sft":
+        if figures.loss is not None and method in ("sft", "dpo"):
             changes["loss"] = figures.loss
         if figures.reward_mean is not None:
             changes["reward"] = figures.reward_mean

@@ -382,7 +382,7 @@ def _check_openai_pair(row: dict[str, Any], problems: list[tuple[str, str]]) -> 
     given = row["input"]
     if type(given) is not dict or "messages" not in given:
         problems.append(
-            ("input", f"is {_kind(given)} without messages; write it as {{\"messages\": [...]}}")
+            ("input", f'is {_kind(given)} without messages; write it as {{"messages": [...]}}')
         )
         images = False
     else:

@@ -218,7 +218,9 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(PROJECT, "string", "The project the run, claim or quota belongs to."),
     AttributeSpec(RUN_ID, "string", "The run's id."),
     AttributeSpec(RUN_ATTEMPT, "int", "The attempt number: resume and retry start new ones."),
-    AttributeSpec(RUN_METHOD, "string", "The run's training method.", ("sft", "grpo", "gspo")),
+    AttributeSpec(
+        RUN_METHOD, "string", "The run's training method.", ("sft", "dpo", "grpo", "gspo")
+    ),
     AttributeSpec(RUN_ENGINE, "string", "The engine that trains the run.", ("trl", "verl")),
     AttributeSpec(RUN_PHASE, "string", "A run's phase.", tuple(p.value for p in Phase)),
     AttributeSpec(PIPELINE_ID, "string", "The pipeline a run belongs to, when it is a stage."),

@@ -531,7 +531,7 @@ def print_run(r: RunRecord) -> None:
     print()
     section("Results")
     result_rows: list[tuple[str, Any]] = [("Model", r.model_name or results.model or "not yet")]
-    if r.method == "sft":
+    if r.method in ("sft", "dpo"):
         result_rows.append(("Training loss", results.training_loss))
     else:
         result_rows.append(("Reward", results.reward))

@@ -1,0 +1,84 @@
+"""dpo plans through the real app: a preference dataset registers with its format, a dpo dry run
+shows every preference default, and a dataset of the wrong kind is refused with what to use."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from akka_training.core.documents import deep_merge
+from tests.server.routers.helpers import answer, chat_rows, register, sft_plan
+
+
+def pair_rows(count: int) -> bytes:
+    rows = [
+        {
+            "input": {"messages": [{"role": "user", "content": f"What is {i} + {i}?"}]},
+            "preferred_output": [{"role": "assistant", "content": f"#### {2 * i}"}],
+            "non_preferred_output": [{"role": "assistant", "content": f"#### {2 * i + 1}"}],
+        }
+        for i in range(count)
+    ]
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def dpo_plan(**changes: Any) -> dict[str, Any]:
+    plan = sft_plan(config={"dataset": "maths/pairs", "method": "dpo"})
+    return deep_merge(plan, changes)
+
+
+def test_a_preference_dataset_registers_with_its_format(api: httpx.Client) -> None:
+    register(api, "maths/pairs", pair_rows(6))
+    got = api.get("/v1/datasets/maths/pairs").json()
+    assert (got["format"], got["rows"]) == ("preference", 6)
+
+
+def test_a_dpo_dry_run_shows_every_preference_default(api: httpx.Client) -> None:
+    register(api, "maths/pairs", pair_rows(6))
+    response = api.post("/v1/runs", params={"dry_run": "true"}, json=dpo_plan())
+    assert response.status_code == 200, response.text
+    settings = response.json()["settings"]
+    assert (settings["method"], settings["engine"]) == ("dpo", "trl")
+    assert settings["dataset"]["format"] == "preference"
+    assert settings["config"]["hyperparams"]["preference"] == {
+        "beta": 0.1,
+        "lossType": "sigmoid",
+        "labelSmoothing": 0.0,
+        "maxPromptLength": 128,  # half of maxSeqLength 256
+    }
+
+
+def test_a_dataset_of_the_wrong_kind_is_refused_at_submission(api: httpx.Client) -> None:
+    register(api, "maths/pairs", pair_rows(6))
+    register(api, "maths/train", chat_rows(6))
+    status, body = answer(
+        api.post(
+            "/v1/runs", params={"dry_run": "true"}, json=dpo_plan(config={"dataset": "maths/train"})
+        )
+    )
+    assert status == 422
+    assert body["error"]["problems"] == [
+        {
+            "field": "config.dataset",
+            "message": "config.dataset maths/train:v1 is a chat dataset; a dpo run trains on "
+            "preference pairs (prompt, chosen and rejected, or OpenAI's input, preferred_output "
+            "and non_preferred_output). Register a preference dataset, or set config.method to "
+            "sft.",
+        }
+    ]
+    status, body = answer(
+        api.post(
+            "/v1/runs", params={"dry_run": "true"}, json=sft_plan(config={"dataset": "maths/pairs"})
+        )
+    )
+    assert status == 422
+    assert body["error"]["problems"] == [
+        {
+            "field": "config.dataset",
+            "message": "config.dataset maths/pairs:v1 is a preference dataset (pairs of a chosen "
+            "and a rejected answer); an sft run trains on chat or prompt-completion rows. Set "
+            "config.method to dpo, or choose a chat or prompt-completion dataset.",
+        }
+    ]
