@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from akka_training.core.resolved import SourcePin
+from akka_training.core.resolved import ResumePoint, SourcePin
 from tests.engines.conftest import ReportServer
 from tests.engines.jobs import make_spec, put_dataset, run_in_process
 from tests.engines.rows import chat_rows, pair_rows
@@ -129,3 +132,135 @@ def test_a_dpo_run_from_an_sft_adapter_takes_that_adapter_as_its_reference(
     assert from_sft["logps/chosen"] != from_base["logps/chosen"]
     assert (from_sft["rewards/chosen"], from_sft["rewards/rejected"]) == (0.0, 0.0)
     assert (from_base["rewards/chosen"], from_base["rewards/rejected"]) == (0.0, 0.0)
+
+
+def test_the_published_figures_equal_a_recomputation_from_the_models_log_probabilities(
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+) -> None:
+    """Step 2 trains on every pair (one batch holds them all) with the weights step 1 saved:
+    its figures are recomputed here from those weights, the base model as the reference, with
+    no part of TRL."""
+    model = catalog["tiny-chat"]
+    rows = pair_rows(4, shape="text")
+    beta = 0.5
+    config = {
+        **DPO,
+        "hyperparams": {
+            **DPO["hyperparams"],
+            "training": {"maxSteps": 2, "batchSize": 4},
+            "preference": {"beta": beta},
+        },
+    }
+    spec = make_spec(
+        model=model,
+        dataset=put_dataset(store, "pairs", rows),
+        config=config,
+        trainer_url=report_server.url,
+        store=store,
+        execution={"saveEvery": 1},
+    )
+    assert run_in_process(spec, tmp_path / "job") == 0
+    published = report_server.of("steps")[1]["metrics"]
+    weights = report_server.of("snapshots")[0]["weights"]
+
+    tokenizer = AutoTokenizer.from_pretrained(model["path"])
+    base = AutoModelForCausalLM.from_pretrained(model["path"], dtype=torch.float32)
+    policy = PeftModel.from_pretrained(base, str(store.local_path(weights.rstrip("/")))).eval()
+
+    def logp(prompt: str, answer: str) -> float:
+        prompt_ids = tokenizer(prompt)["input_ids"]
+        ids = tokenizer(prompt + answer + tokenizer.eos_token)["input_ids"]
+        start = next(
+            (i for i, (a, b) in enumerate(zip(prompt_ids, ids, strict=False)) if a != b),
+            len(prompt_ids),
+        )
+        with torch.no_grad():
+            logits = policy(input_ids=torch.tensor([ids])).logits[0, :-1]
+        chosen = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids[1:])[:, None])
+        return float(chosen[start - 1 :].sum())
+
+    def reference_logp(prompt: str, answer: str) -> float:
+        with policy.disable_adapter():
+            return logp(prompt, answer)
+
+    chosen = [logp(r["prompt"], r["chosen"]) for r in rows]
+    rejected = [logp(r["prompt"], r["rejected"]) for r in rows]
+    chosen_rewards = [
+        beta * (c - reference_logp(r["prompt"], r["chosen"]))
+        for c, r in zip(chosen, rows, strict=True)
+    ]
+    rejected_rewards = [
+        beta * (c - reference_logp(r["prompt"], r["rejected"]))
+        for c, r in zip(rejected, rows, strict=True)
+    ]
+    expected = {
+        "logps/chosen": sum(chosen) / 4,
+        "logps/rejected": sum(rejected) / 4,
+        "rewards/chosen": sum(chosen_rewards) / 4,
+        "rewards/rejected": sum(rejected_rewards) / 4,
+        "rewards/margins": (sum(chosen_rewards) - sum(rejected_rewards)) / 4,
+        "rewards/accuracies": sum(
+            c > r for c, r in zip(chosen_rewards, rejected_rewards, strict=True)
+        )
+        / 4,
+    }
+    assert expected["rewards/margins"] != 0  # step 1 moved the policy
+    for name, value in expected.items():
+        assert published[name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
+
+
+def test_a_paused_dpo_run_resumes_exactly_where_it_stopped(
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+) -> None:
+    config = {
+        **DPO,
+        "hyperparams": {**DPO["hyperparams"], "training": {"maxSteps": 5, "batchSize": 2}},
+    }
+    dataset = put_dataset(store, "pairs", pair_rows(8))
+
+    def spec(run_id: str, attempt: int = 1, resume: ResumePoint | None = None) -> Any:
+        made = make_spec(
+            model=catalog["tiny-chat"],
+            dataset=dataset,
+            config=config,
+            trainer_url=report_server.url,
+            store=store,
+            run_id=run_id,
+            attempt=attempt,
+            resume=resume,
+            execution={"saveEvery": 100},
+        )
+        made.telemetry.report_seconds = 0
+        return made
+
+    assert run_in_process(spec("straight"), tmp_path / "straight") == 0
+    straight = _figures(report_server)
+
+    report_server.script = lambda kind, body, reports: (
+        "save-and-stop" if kind == "steps" and body["step"] >= 2 else "continue"
+    )
+    report_server.reports.clear()
+    assert run_in_process(spec("paused"), tmp_path / "paused-1") == 0
+    snapshot = report_server.of("snapshots")[-1]
+    assert report_server.kinds()[-2:] == ["snapshots", "stopped"]
+
+    report_server.script = lambda kind, body, reports: "continue"
+    report_server.reports.clear()
+    resume = ResumePoint(
+        snapshot=snapshot["name"],
+        step=snapshot["step"],
+        weights=snapshot["weights"],
+        training_state=snapshot["trainingState"],
+    )
+    assert run_in_process(spec("paused", attempt=2, resume=resume), tmp_path / "paused-2") == 0
+    resumed = _figures(report_server)
+
+    assert sorted(resumed) == list(range(snapshot["step"] + 1, 6))
+    for step, figures in resumed.items():
+        assert figures == straight[step], step
+
+
+def _figures(server: ReportServer) -> dict[int, dict[str, float]]:
+    return {
+        s["step"]: {k: s["metrics"][k] for k in ("loss", *PREFERENCE)} for s in server.of("steps")
+    }
