@@ -1,5 +1,6 @@
-"""dpo plans through the real app: a preference dataset registers with its format, a dpo dry run
-shows every preference default, and a dataset of the wrong kind is refused with what to use."""
+"""dpo runs through the real app: a preference dataset registers with its format, a dpo dry run
+shows every preference default, a dataset of the wrong kind is refused with what to use, and
+what a dpo job reports reads back as the run's Preference and data fit."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import httpx
 
 from akka_training.core.documents import deep_merge
+from akka_training.testing.app import InProcessTrainer
 from tests.server.routers.helpers import answer, chat_rows, register, sft_plan
 
 
@@ -82,3 +84,43 @@ def test_a_dataset_of_the_wrong_kind_is_refused_at_submission(api: httpx.Client)
             "config.method to dpo, or choose a chat or prompt-completion dataset.",
         }
     ]
+
+
+def test_a_dpo_runs_preference_figures_and_data_fit_read_back(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> None:
+    register(api, "maths/pairs", pair_rows(6))
+    run_id = api.post("/v1/runs", json=dpo_plan()).json()["id"]
+    launch = trainer.admit(run_id)
+    job = trainer.job_client(launch)
+    base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
+    fit = {"rows": 6, "rowsTruncated": 2, "answersTruncated": 1, "rowsDropped": 1}
+    body = {"totalSteps": 2, "dataFit": {**fit, "maxSeqLength": 256, "promptsTruncated": 1}}
+    assert job.post(f"{base}/training", json=body).is_success
+    for step, margin in ((1, 0.0), (2, 0.25)):
+        metrics = {
+            "loss": 0.69,
+            "rewards/chosen": margin / 2,
+            "rewards/rejected": -margin / 2,
+            "rewards/margins": margin,
+            "rewards/accuracies": 0.5 * step,
+            "logps/chosen": -12.5,
+            "logps/rejected": -14.0,
+        }
+        response = job.post(f"{base}/steps", json={"step": step, "metrics": metrics})
+        assert response.status_code == 200, response.text
+
+    got = api.get(f"/v1/runs/{run_id}").json()
+    assert got["preference"] == {
+        "step": 2,
+        "rewardsChosen": 0.125,
+        "rewardsRejected": -0.125,
+        "rewardsMargins": 0.25,
+        "rewardsAccuracies": 1.0,
+        "logpsChosen": -12.5,
+        "logpsRejected": -14.0,
+    }
+    assert got["results"]["trainingLoss"] == 0.69
+    assert got["dataFit"] == {**fit, "maxSeqLength": 256, "promptsTruncated": 1}
+    steps = api.get(f"/v1/runs/{run_id}/metrics").json()["steps"]
+    assert [s["rewards/margins"] for s in steps] == [0.0, 0.25]
