@@ -694,6 +694,17 @@ def test_every_problem_of_a_dpo_plan_comes_at_once() -> None:
     ]
 
 
+def test_a_dpo_run_trains_on_text() -> None:
+    pictured = DatasetInfo("maths/pictures:v1", "preference", has_images=True, rows=4)
+    assert problems(DPO, model=PREFERENCE_MODEL, dataset=pictured) == [
+        (
+            "config.dataset",
+            "config.dataset maths/pictures:v1 has rows with images; a dpo run trains on text, "
+            "whatever the base model. Use a text-only dataset.",
+        )
+    ]
+
+
 def test_preference_settings_belong_to_dpo() -> None:
     assert problems(SFT, {"config": {"hyperparams": {"preference": {"beta": 0.2}}}}) == [
         (

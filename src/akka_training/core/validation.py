@@ -506,7 +506,15 @@ def dataset_fits_method(c: Checked) -> list[Problem]:
                     "method sft.",
                 )
             )
-        if info.has_images and c.model is not None and c.model.modality == "text":
+        if c.method == "dpo" and info.has_images:
+            out.append(
+                Problem(
+                    f"config.{key}",
+                    f"config.{key} {info.ref} has rows with images; a dpo run trains on text, "
+                    "whatever the base model. Use a text-only dataset.",
+                )
+            )
+        elif info.has_images and c.model is not None and c.model.modality == "text":
             out.append(
                 Problem(
                     f"config.{key}",
