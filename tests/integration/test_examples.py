@@ -54,6 +54,7 @@ def test_every_example_is_covered() -> None:
         "grpo-verl-4gpu.yaml",
         "grpo.yaml",
         "gspo.yaml",
+        "pipeline-dpo.yaml",
         "pipeline.yaml",
         "sft.yaml",
     ]
@@ -80,6 +81,11 @@ def test_the_trl_examples_pass_the_checks(trainer_factory: Any, dev_models: Path
     stages = dry_run(trainer, pipeline, "pipelines")["stages"]
     assert [s["name"] for s in stages] == ["sft", "grpo", "check", "distill"]
     assert stages[2]["settings"]["gate"] == {"metric": "correct", "min": 0.5}
+    pipeline = yaml.safe_load((EXAMPLES / "pipeline-dpo.yaml").read_text())
+    stages = dry_run(trainer, pipeline, "pipelines")["stages"]
+    assert [s["name"] for s in stages] == ["sft", "dpo", "check"]
+    assert stages[1]["sourceStage"] == "sft"
+    assert stages[2]["settings"]["gate"] == {"metric": "correct", "min": 0.5}
 
 
 @pytest.mark.slow
@@ -102,7 +108,15 @@ def test_the_verl_example_passes_the_checks_of_a_verl_deployment(
 
 @pytest.mark.parametrize(
     "name",
-    ["sft.yaml", "dpo.yaml", "grpo.yaml", "gspo.yaml", "grpo-verl-4gpu.yaml", "pipeline.yaml"],
+    [
+        "sft.yaml",
+        "dpo.yaml",
+        "grpo.yaml",
+        "gspo.yaml",
+        "grpo-verl-4gpu.yaml",
+        "pipeline.yaml",
+        "pipeline-dpo.yaml",
+    ],
 )
 def test_examples_parse(name: str) -> None:
     parse_plan(yaml.safe_load((EXAMPLES / name).read_text()))
