@@ -124,3 +124,40 @@ def test_a_dpo_runs_preference_figures_and_data_fit_read_back(
     assert got["dataFit"] == {**fit, "maxSeqLength": 256, "promptsTruncated": 1}
     steps = api.get(f"/v1/runs/{run_id}/metrics").json()["steps"]
     assert [s["rewards/margins"] for s in steps] == [0.0, 0.25]
+
+
+def test_a_preference_evaluation_needs_a_preference_dataset_and_only_it(
+    api: httpx.Client,
+) -> None:
+    register(api, "maths/pairs", pair_rows(6))
+    register(api, "maths/train", chat_rows(6))
+    plan = {
+        "kind": "evaluation",
+        "project": "maths",
+        "baseModel": "tiny-chat",
+        "dataset": "maths/pairs",
+        "metrics": [{"kind": "preference"}],
+    }
+    response = api.post("/v1/evaluations", params={"dry_run": "true"}, json=plan)
+    assert response.status_code == 200, response.text
+    on_chat = {**plan, "dataset": "maths/train"}
+    status, body = answer(api.post("/v1/evaluations", params={"dry_run": "true"}, json=on_chat))
+    assert status == 422
+    assert body["error"]["problems"] == [
+        {
+            "field": "dataset",
+            "message": "Dataset maths/train:v1 is a chat dataset, and a preference metric scores "
+            "pairs of a chosen and a rejected answer; evaluate it on a preference dataset.",
+        }
+    ]
+    generated = {**plan, "metrics": [{"name": "correct", "kind": "match"}]}
+    status, body = answer(api.post("/v1/evaluations", params={"dry_run": "true"}, json=generated))
+    assert status == 422
+    assert body["error"]["problems"] == [
+        {
+            "field": "dataset",
+            "message": "Dataset maths/pairs:v1 is a preference dataset, whose pairs only a "
+            "preference metric scores; add {kind: preference} to metrics, or evaluate on a chat "
+            "or prompt-completion dataset.",
+        }
+    ]
