@@ -1,5 +1,6 @@
 """Preference fine-tuning through the real service and CLI: a dpo run warm-started from an sft
-run, what `runs get` and `runs metrics` show of it, and a preference evaluation of both."""
+run, what `runs get` and `runs metrics` show of it, a preference evaluation of both, and the
+example pipeline sft -> dpo -> evaluate with its gate."""
 
 from __future__ import annotations
 
@@ -25,7 +26,12 @@ def trainer(tmp_path_factory: pytest.TempPathFactory, dev_models: Path) -> Any:
         {"trainer": {"dev-models-dir": str(dev_models), "controller": {"interval-seconds": 0.2}}},
     ).start()
     ensure_project(t, "demo")
-    for name in ("arithmetic", "arithmetic-preference", "arithmetic-preference-eval"):
+    for name in (
+        "arithmetic",
+        "arithmetic-eval",
+        "arithmetic-preference",
+        "arithmetic-preference-eval",
+    ):
         path = EXAMPLES / "data" / f"{name}.jsonl"
         t.cli("training", "datasets", "register", f"demo/{name}", "-f", str(path))
     yield t
@@ -93,3 +99,28 @@ def test_sft_then_dpo_then_a_preference_evaluation(trainer: TrainerProcess) -> N
         (value,) = record["metrics"]
         assert value["kind"] == "preference" and value["count"] == 8
         assert value["low"] <= value["mean"] <= value["high"]
+
+
+def test_the_example_pipeline_runs_sft_then_dpo_then_its_gated_evaluation(
+    trainer: TrainerProcess,
+) -> None:
+    plan = yaml.safe_load((EXAMPLES / "pipeline-dpo.yaml").read_text())
+    # Fewer steps than the example, the same stages.
+    plan["stages"][0]["config"]["hyperparams"]["training"] = {"maxSteps": 6, "batchSize": 16}
+    plan["stages"][1]["config"]["hyperparams"]["training"] = {"maxSteps": 4, "batchSize": 8}
+    path = write_plan(trainer, plan, "pipeline-dpo.yaml")
+    pipeline_id = trainer.cli_json("training", "pipelines", "start", "-f", str(path))["id"]
+    trainer.cli("training", "pipelines", "wait", pipeline_id, check=False, timeout=600)
+    pipeline = trainer.cli_json("training", "pipelines", "get", pipeline_id)
+
+    stages = {s["name"]: s for s in pipeline["stages"]}
+    assert stages["sft"]["phase"] == "COMPLETED" and stages["dpo"]["phase"] == "COMPLETED"
+    assert stages["check"]["phase"] == "SUCCEEDED"
+    dpo = trainer.cli_json("training", "runs", "get", stages["dpo"]["run"])
+    assert (dpo["method"], dpo["source"]["run"]) == ("dpo", stages["sft"]["run"])
+    evaluation = trainer.cli_json("training", "evaluations", "get", stages["check"]["run"])
+    (correct,) = evaluation["metrics"]
+    if correct["mean"] >= 0.5:
+        assert pipeline["state"] == "COMPLETED", pipeline
+    else:
+        assert pipeline["state"] == "FAILED" and "the gate did not pass" in pipeline["failure"]
