@@ -59,6 +59,22 @@ TRAINING = PoolInfo("training", max_claim=4, host_ram_gib=256)
 SMALL = PoolInfo("small", max_claim=2, host_ram_gib=64)
 TEXT = DatasetInfo("maths/train:v1", "chat", has_images=False, rows=40)
 IMAGES = DatasetInfo("maths/images:v1", "chat", has_images=True, rows=1)
+# MODEL, qualified for dpo as well.
+PREFERENCE_MODEL = MODEL.model_copy(
+    update={
+        "envelopes": [
+            *MODEL.envelopes,
+            *CatalogModel.model_validate(
+                {
+                    "id": "x",
+                    "path": "x",
+                    "envelopes": [{"method": "dpo", "engine": "trl", "gpus": 1}],
+                }
+            ).envelopes,
+        ]
+    }
+)
+PAIRS = DatasetInfo("maths/pairs:v1", "preference", has_images=False, rows=40)
 EMPTY = DatasetInfo("maths/empty:v1", "chat", has_images=False, rows=0)
 SFT_SOURCE = SourceInfo("r1", "qwen-test", "sft", Lora.model_validate({"rank": 8}), step=6)
 
@@ -294,8 +310,8 @@ def test_a_reinforcement_plan_with_sft_settings_and_no_reward() -> None:
     assert problems(plan) == [
         (
             "config.hyperparams",
-            "config.hyperparams is for sft; a grpo run takes config.rlHyperparams. Move the "
-            "settings there or remove config.hyperparams.",
+            "config.hyperparams is for sft and dpo; a grpo run takes config.rlHyperparams. "
+            "Move the settings there or remove config.hyperparams.",
         ),
         (
             "config.reward.terms",
@@ -589,6 +605,7 @@ def test_every_rule_is_covered_here() -> None:
         "qualified_gpus",
         "pool_fits",
         "sequence_lengths",
+        "preference_settings",
         "prompts_divisible",
         "generation_shapes",
         "rollout_devices",
@@ -599,8 +616,129 @@ def test_every_rule_is_covered_here() -> None:
         "prompts_within_rows",
         "steps_storable",
         "dataset_fits_method",
+        "dpo_continuation",
         "source_matches",
         "reward_patterns",
         "monitor_terms",
     }
     assert {rule.__name__ for rule in RULES} == covered
+
+
+DPO: dict[str, Any] = {
+    "project": "maths",
+    "baseModel": "qwen-test",
+    "config": {"dataset": "maths/pairs", "method": "dpo"},
+}
+
+
+def test_a_dpo_plan_over_pairs_passes_with_every_default_filled() -> None:
+    assert problems(DPO, model=PREFERENCE_MODEL, dataset=PAIRS) == []
+    assert problems(DPO, engine="trl", model=PREFERENCE_MODEL, dataset=PAIRS) == []
+    plan = fill_defaults(RunPlan.model_validate(DPO), PREFERENCE_MODEL, None, "training")
+    assert plan.config.hyperparams is not None
+    assert plan.config.hyperparams.preference is not None
+    assert plan.config.hyperparams.preference.to_json() == {
+        "beta": 0.1,
+        "lossType": "sigmoid",
+        "labelSmoothing": 0.0,
+        "maxPromptLength": 1024,
+    }
+
+
+def test_a_dataset_of_the_wrong_kind_is_refused_with_the_method_to_use() -> None:
+    assert problems(DPO, model=PREFERENCE_MODEL, dataset=TEXT) == [
+        (
+            "config.dataset",
+            "config.dataset maths/train:v1 is a chat dataset; a dpo run trains on preference "
+            "pairs (prompt, chosen and rejected, or OpenAI's input, preferred_output and "
+            "non_preferred_output). Register a preference dataset, or set config.method to sft.",
+        )
+    ]
+    for plan, article in ((SFT, "an sft"), (GRPO, "a grpo")):
+        assert problems(plan, dataset=PAIRS) == [
+            (
+                "config.dataset",
+                "config.dataset maths/pairs:v1 is a preference dataset (pairs of a chosen and a "
+                f"rejected answer); {article} run trains on chat or prompt-completion rows. Set "
+                "config.method to dpo, or choose a chat or prompt-completion dataset.",
+            )
+        ]
+
+
+def test_every_problem_of_a_dpo_plan_comes_at_once() -> None:
+    changes = {
+        "config": {
+            "maxSeqLength": 512,
+            "hyperparams": {
+                "preference": {"lossType": "ipo", "labelSmoothing": 0.1, "maxPromptLength": 512}
+            },
+            "reward": {"terms": []},
+        }
+    }
+    assert problems(DPO, changes, model=PREFERENCE_MODEL, dataset=PAIRS) == [
+        (
+            "config.reward",
+            "config.reward is for grpo and gspo; a dpo run takes config.hyperparams. Remove it "
+            "or change config.method.",
+        ),
+        (
+            "config.hyperparams.preference.labelSmoothing",
+            "config.hyperparams.preference.labelSmoothing (0.1) has no effect on the ipo loss; "
+            "set it to 0, or use lossType sigmoid or robust.",
+        ),
+        (
+            "config.hyperparams.preference.maxPromptLength",
+            "config.hyperparams.preference.maxPromptLength (512) leaves no room for the answers "
+            "within config.maxSeqLength (512); set it below 512 (such as half of it) or raise "
+            "maxSeqLength.",
+        ),
+    ]
+
+
+def test_a_dpo_run_trains_on_text() -> None:
+    pictured = DatasetInfo("maths/pictures:v1", "preference", has_images=True, rows=4)
+    assert problems(DPO, model=PREFERENCE_MODEL, dataset=pictured) == [
+        (
+            "config.dataset",
+            "config.dataset maths/pictures:v1 has rows with images; a dpo run trains on text, "
+            "whatever the base model. Use a text-only dataset.",
+        )
+    ]
+
+
+def test_a_dpo_run_does_not_continue_a_training_state() -> None:
+    continuing = {"source": {"run": "r1", "snapshot": "step-6", "restore": "trainingState"}}
+    assert problems(DPO, continuing, model=PREFERENCE_MODEL, dataset=PAIRS, source=SFT_SOURCE) == [
+        (
+            "source.restore",
+            "A dpo run cannot continue a training state yet: its reference policy would be the "
+            "snapshot's adapter, not the one the run was measured against. Branch from the "
+            "snapshot instead (restore: weights, which takes the snapshot's adapter as the "
+            "reference), or start a new run.",
+        )
+    ]
+    branching = {"source": {"run": "r1", "snapshot": "step-6"}}
+    assert problems(DPO, branching, model=PREFERENCE_MODEL, dataset=PAIRS, source=SFT_SOURCE) == []
+
+
+def test_preference_settings_belong_to_dpo() -> None:
+    assert problems(SFT, {"config": {"hyperparams": {"preference": {"beta": 0.2}}}}) == [
+        (
+            "config.hyperparams.preference",
+            "config.hyperparams.preference is for dpo; an sft run does not use it. Remove it or "
+            "set config.method to dpo.",
+        )
+    ]
+
+
+def test_dpo_trains_on_trl_whatever_the_reinforcement_engine() -> None:
+    assert PREFERENCE_MODEL.methods("verl", False) == ["sft", "dpo", "grpo"]
+    assert PREFERENCE_MODEL.methods("trl", False) == ["sft", "dpo", "grpo", "gspo"]
+    assert PREFERENCE_MODEL.qualified_gpus("dpo", "verl", False) == [1]
+    assert problems(DPO, dataset=PAIRS) == [
+        (
+            "config.method",
+            "qwen-test does not support dpo under the trl engine of this deployment; it "
+            "supports: sft, grpo. Set config.method to one of these or choose another baseModel.",
+        )
+    ]

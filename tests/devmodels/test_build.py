@@ -89,7 +89,7 @@ def test_the_command_prints_catalog_entries(catalog: dict[str, dict[str, Any]]) 
         "image-text",
     )
     assert chat.revision == catalog["tiny-chat"]["revision"]
-    assert chat.methods("trl", image_text_rl=False) == ["sft", "grpo", "gspo"]
+    assert chat.methods("trl", image_text_rl=False) == ["sft", "dpo", "grpo", "gspo"]
     assert chat.qualified_gpus("grpo", "verl", image_text_rl=False) == [1, 2, 4, 8]
     sft = chat.envelope("sft", "trl", 1, image_text_rl=False)
     gspo = chat.envelope("gspo", "verl", 8, image_text_rl=False)

@@ -175,6 +175,17 @@ NOT_RUN = {
         "compares two evaluations the page starts; tests/integration/test_evaluations.py "
         "compares base and adapter"
     ),
+    (
+        "docs/preference-fine-tuning.md",
+        "akka training datasets register demo/arithmetic -f examples/data/arithmetic.jsonl",
+    ): (
+        "trains the examples' SFT run and then their DPO run, whose plan needs the SFT run's id "
+        "written in; tests/integration/test_examples.py checks both plans against a trainer"
+    ),
+    ("docs/preference-fine-tuning.md", "akka training runs get RUN"): (
+        "reads a dpo run's figures, and the run the pages assume is an sft run; "
+        "tests/server/routers/test_preference_plans.py reads a dpo run's back"
+    ),
     ("docs/start-a-run.md", "akka training runs cancel RUN"): (
         "cancels a run that has not ended, which the completed run the pages assume has; "
         "tests/integration/test_runs_lifecycle.py cancels real runs"

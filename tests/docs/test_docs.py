@@ -26,6 +26,7 @@ PAGES = [
     "experiment-tracking.md",
     "reinforcement-learning.md",
     "supervised-fine-tuning.md",
+    "preference-fine-tuning.md",
     "verl.md",
     "deploy-ray.md",
     "deploy-kubernetes.md",

@@ -32,8 +32,12 @@ def put_dataset(store: BlobStore, name: str, rows: list[dict[str, Any]]) -> Data
     digest = hashlib.sha256(data).hexdigest()
     key = f"datasets/sha256/{digest[:2]}/{digest}"
     store.put_bytes(key, data)
-    fmt: Literal["chat", "prompt-completion"] = (
-        "chat" if "messages" in rows[0] else "prompt-completion"
+    fmt: Literal["chat", "prompt-completion", "preference"] = (
+        "chat"
+        if "messages" in rows[0]
+        else "preference"
+        if "chosen" in rows[0] or "preferred_output" in rows[0]
+        else "prompt-completion"
     )
     has_images = "image" in data.decode()
     return DatasetPin(

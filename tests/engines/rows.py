@@ -81,3 +81,28 @@ def data_url(rgb: tuple[int, int, int]) -> str:
     buffer = io.BytesIO()
     Image.new("RGB", (20, 12), rgb).save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def pair_rows(count: int, seed: int = 0, *, shape: str = "openai") -> list[dict[str, Any]]:
+    """Arithmetic preference pairs: the right sum preferred over a wrong one. `shape`:
+    ``openai`` (input, preferred_output, non_preferred_output) or ``text`` (TRL's prompt,
+    chosen and rejected as strings)."""
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    for _ in range(count):
+        a, b = rng.randint(0, 999), rng.randint(0, 99)
+        right, wrong = a + b, a + b + rng.choice((-10, -1, 1, 10))
+        question = f"What is {a} + {b}?"
+        if shape == "text":
+            rows.append(
+                {"prompt": f"{question} ", "chosen": f"#### {right}", "rejected": f"#### {wrong}"}
+            )
+            continue
+        rows.append(
+            {
+                "input": {"messages": [{"role": "user", "content": question}]},
+                "preferred_output": [{"role": "assistant", "content": f"#### {right}"}],
+                "non_preferred_output": [{"role": "assistant", "content": f"#### {wrong}"}],
+            }
+        )
+    return rows

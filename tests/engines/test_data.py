@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from akka_training.engines.data import decode_image, rl_rows, sft_examples
+from akka_training.engines.data import decode_image, preference_examples, rl_rows, sft_examples
 from akka_training.engines.failures import DataError
 from tests.engines.rows import data_url
 
@@ -88,3 +88,22 @@ def test_rl_rows_split_the_prompt_from_the_expected_answer() -> None:
         rl_rows(
             [{"prompt": "a", "completion": "b"}, {"prompt": [{"role": "user", "content": "c"}]}]
         )
+
+
+def test_preference_rows_become_trls_pairs_whatever_their_shape() -> None:
+    user = {"role": "user", "content": "1+1?"}
+    right, wrong = {"role": "assistant", "content": "2"}, {"role": "assistant", "content": "3"}
+    openai = {
+        "input": {"messages": [user]},
+        "preferred_output": [right],
+        "non_preferred_output": [wrong],
+    }
+    assert preference_examples([openai]) == [
+        {"prompt": [user], "chosen": [right], "rejected": [wrong]}
+    ]
+    implicit = {"chosen": [user, right], "rejected": [user, wrong]}
+    assert preference_examples([implicit]) == [implicit]
+    text = {"prompt": "1+1=", "chosen": "2", "rejected": "3"}
+    assert preference_examples([text]) == [text]
+    with pytest.raises(DataError, match="mixes preference rows of different shapes"):
+        preference_examples([openai, text])

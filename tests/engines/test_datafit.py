@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from akka_training.engines.data import sft_examples
-from akka_training.engines.datafit import PaddingMeter, rl_data_fit, sft_data_fit
+from akka_training.engines.datafit import PaddingMeter, pair_fit, rl_data_fit, sft_data_fit
 from tests.engines.rows import image_rows, long_chat_rows, prompt_completion_rows
 
 if TYPE_CHECKING:
@@ -154,3 +154,19 @@ def _trl_prepared(
         processing_class=tokenizer,
     )
     return trainer.train_dataset
+
+
+def test_pairs_count_prompts_cut_answers_cut_and_pairs_dropped() -> None:
+    # (prompt, chosen, rejected) tokens of the pairs TRL kept; one of five pairs was dropped.
+    lengths = [(10, 5, 5), (30, 5, 9), (20, 30, 10), (40, 20, 2)]
+    fit = pair_fit(5, lengths, max_length=48, max_prompt_length=24)
+    assert fit.to_report() == {
+        "rows": 5,
+        # 20 + 30 and 40 + 20 pass 48, and the dropped pair's prompt alone filled it.
+        "rowsTruncated": 3,
+        # Once prompts keep their last 24 tokens, only 20 + 30 still passes 48.
+        "answersTruncated": 1,
+        "rowsDropped": 1,
+        "maxSeqLength": 48,
+        "promptsTruncated": 2,
+    }

@@ -196,6 +196,6 @@ def test_a_plan_no_engine_trains_fails_saying_what_this_job_trains(
     failed = report_server.of("failed")[0]
     assert failed["code"] == "training-error"
     assert failed["detail"] == (
-        "no engine trains sft on verl (this job trains sft on trl; grpo on trl or verl; gspo on "
-        "trl or verl): resubmit the run so that its plan is resolved again"
+        "no engine trains sft on verl (this job trains sft on trl; dpo on trl; grpo on trl or "
+        "verl; gspo on trl or verl): resubmit the run so that its plan is resolved again"
     )

@@ -164,7 +164,7 @@ def test_refusals_name_what_to_change(trainer: TrainerProcess, trained: str) -> 
     unknown = refusal(trainer, evaluation_plan(metrics=[{"name": "b", "kind": "bleu"}]), "bleu")
     assert (
         "metrics[0]: there is no metric 'bleu'; set kind to one of: match, regex, length, "
-        "judge, http, rule, loss, pass@k." in unknown
+        "judge, http, rule, loss, pass@k, preference." in unknown
     )
 
     images = refusal(trainer, evaluation_plan(dataset="demo/pictures"), "images")

@@ -18,6 +18,8 @@ DATA = {
     "demo/arithmetic": "arithmetic.jsonl",
     "demo/arithmetic-eval": "arithmetic-eval.jsonl",
     "demo/arithmetic-prompts": "arithmetic-prompts.jsonl",
+    "demo/arithmetic-preference": "arithmetic-preference.jsonl",
+    "demo/arithmetic-preference-eval": "arithmetic-preference-eval.jsonl",
 }
 
 
@@ -47,10 +49,12 @@ def dry_run(trainer: Any, plan: dict[str, Any], noun: str = "runs") -> dict[str,
 
 def test_every_example_is_covered() -> None:
     assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == [
+        "dpo.yaml",
         "evaluation.yaml",
         "grpo-verl-4gpu.yaml",
         "grpo.yaml",
         "gspo.yaml",
+        "pipeline-dpo.yaml",
         "pipeline.yaml",
         "sft.yaml",
     ]
@@ -68,9 +72,19 @@ def test_the_trl_examples_pass_the_checks(trainer_factory: Any, dev_models: Path
         settings = dry_run(trainer, plan)["settings"]
         assert settings["source"]["kind"] == "warm-start"
         assert settings["config"]["rlHyperparams"]["lora"]["rank"] == 16  # the adapter's rank
+    dpo = yaml.safe_load((EXAMPLES / "dpo.yaml").read_text().replace("SFT_RUN_ID", run))
+    settings = dry_run(trainer, dpo)["settings"]
+    assert (settings["method"], settings["engine"]) == ("dpo", "trl")
+    assert settings["source"]["kind"] == "warm-start"
+    assert settings["config"]["hyperparams"]["lora"]["rank"] == 16  # the adapter's rank
     pipeline = yaml.safe_load((EXAMPLES / "pipeline.yaml").read_text())
     stages = dry_run(trainer, pipeline, "pipelines")["stages"]
     assert [s["name"] for s in stages] == ["sft", "grpo", "check", "distill"]
+    assert stages[2]["settings"]["gate"] == {"metric": "correct", "min": 0.5}
+    pipeline = yaml.safe_load((EXAMPLES / "pipeline-dpo.yaml").read_text())
+    stages = dry_run(trainer, pipeline, "pipelines")["stages"]
+    assert [s["name"] for s in stages] == ["sft", "dpo", "check"]
+    assert stages[1]["sourceStage"] == "sft"
     assert stages[2]["settings"]["gate"] == {"metric": "correct", "min": 0.5}
 
 
@@ -82,6 +96,10 @@ def test_the_verl_example_passes_the_checks_of_a_verl_deployment(
     plan = yaml.safe_load((EXAMPLES / "grpo-verl-4gpu.yaml").read_text())
     settings = dry_run(trainer, plan)["settings"]
     assert settings["engine"] == "verl" and settings["execution"]["gpus"] == 4
+    # dpo trains on TRL whatever the reinforcement engine.
+    dpo = yaml.safe_load((EXAMPLES / "dpo.yaml").read_text())
+    del dpo["source"]
+    assert dry_run(trainer, dpo)["settings"]["engine"] == "trl"
     trl = deployment(trainer_factory, dev_models, "trl")
     path = write_plan(trl, plan)
     refused = trl.cli("training", "runs", "start", "-f", str(path), "--dry-run", check=False)
@@ -89,7 +107,16 @@ def test_the_verl_example_passes_the_checks_of_a_verl_deployment(
 
 
 @pytest.mark.parametrize(
-    "name", ["sft.yaml", "grpo.yaml", "gspo.yaml", "grpo-verl-4gpu.yaml", "pipeline.yaml"]
+    "name",
+    [
+        "sft.yaml",
+        "dpo.yaml",
+        "grpo.yaml",
+        "gspo.yaml",
+        "grpo-verl-4gpu.yaml",
+        "pipeline.yaml",
+        "pipeline-dpo.yaml",
+    ],
 )
 def test_examples_parse(name: str) -> None:
     parse_plan(yaml.safe_load((EXAMPLES / name).read_text()))

@@ -102,6 +102,8 @@ def test_info_shows_the_configured_engine(verl_trainer: Any) -> None:
     rows = dict(line.split(None, 1) for line in out.strip().splitlines())
     assert rows["Engine"].strip() == "verl"
     assert rows["Backend"].strip() == "local"
+    # SFT and DPO train on TRL even where reinforcement runs on verl.
+    assert rows["Methods"].strip() == "sft on trl, dpo on trl, grpo on verl, gspo on verl"
     for row in ("Version", "Database", "Storage", "Telemetry", "Startup"):
         assert row in rows
     assert verl_trainer.cli_json("training", "info")["engine"] == "verl"

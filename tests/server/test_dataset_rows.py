@@ -191,12 +191,12 @@ def test_every_row_shares_the_first_rows_format() -> None:
 def test_rows_that_are_not_rows() -> None:
     rows: list[Any] = [[1, 2], "text", {"text": "hello", "label": 1}]
     assert messages(check(jsonl(*rows))) == [
-        "line 1: holds a list; each line holds one row, an object with messages (chat) or prompt "
-        "and completion",
-        "line 2: holds a string; each line holds one row, an object with messages (chat) or "
-        "prompt and completion",
+        "line 1: holds a list; each line holds one row, an object with messages (chat), prompt "
+        "and completion, or prompt, chosen and rejected (preference)",
+        "line 2: holds a string; each line holds one row, an object with messages (chat), "
+        "prompt and completion, or prompt, chosen and rejected (preference)",
         "line 3: has neither messages nor prompt and completion (keys: label, text); write chat "
-        "rows or prompt-completion rows",
+        "rows, prompt-completion rows or preference rows",
     ]
 
 
@@ -317,3 +317,111 @@ def test_a_block_of_lines_is_checked_as_line_by_line() -> None:
     assert byte_by_byte.rows == 33 and byte_by_byte.problem_count == 18
     for block in (None, 5, 64, 300, 1000):
         assert check(data, block, max_line_bytes=250) == byte_by_byte, block
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def test_preference_rows_in_openais_shape_and_trls() -> None:
+    shapes = [
+        {
+            "input": {"messages": [user("1+1?")]},
+            "preferred_output": [answer("2")],
+            "non_preferred_output": [answer("3")],
+        },
+        {"prompt": "1+1=", "chosen": "2", "rejected": "3"},
+        {"prompt": [user("1+1?")], "chosen": [answer("2")], "rejected": [answer("3")]},
+        {"chosen": [user("1+1?"), answer("2")], "rejected": [user("1+1?"), answer("3")]},
+        {"chosen": "1+1=2", "rejected": "1+1=3"},
+    ]
+    for row in shapes:
+        summary = check(jsonl(row, row))
+        assert (summary.ok, summary.rows, summary.format) == (True, 2, "preference"), row
+
+
+def test_preference_rows_are_refused_with_their_line_and_reason() -> None:
+    summary = check(
+        jsonl(
+            {"input": {"messages": [user("q")]}, "preferred_output": [answer("2")]},
+            {"prompt": "q", "chosen": "2", "rejected": " "},
+            {"prompt": "q", "chosen": "2", "rejected": "2"},
+            {
+                "prompt": [user("q"), answer("a")],
+                "chosen": [answer("2")],
+                "rejected": [answer("3")],
+            },
+            {"prompt": [user("q")], "chosen": [user("2")], "rejected": [answer("3"), user("4")]},
+            {
+                "prompt": [user("q"), {"role": "system", "content": "s"}],
+                "chosen": [answer("2")],
+                "rejected": [answer("3")],
+            },
+            {"chosen": [user("q"), answer("2")], "rejected": [user("r"), answer("3")]},
+            {"prompt": [user("q")], "chosen": "2", "rejected": "3"},
+        )
+    )
+    assert messages(summary) == [
+        "line 1: has no non_preferred_output; an OpenAI preference row needs input, "
+        "preferred_output and non_preferred_output",
+        "line 2: rejected is an empty answer; give the answer's text",
+        "line 3: has the same chosen and rejected answer; a pair needs two different answers",
+        "line 4: prompt ends with an assistant message; a prompt ends with the turn the answers "
+        "reply to (a user or tool message)",
+        "line 5: chosen ends with a user message; training needs the assistant's answer as the "
+        "last message",
+        "line 5: rejected ends with a user message; training needs the assistant's answer as the "
+        "last message",
+        "line 6: prompt[1].role is a system message after the conversation began; the system "
+        "message comes first",
+        "line 7: has chosen and rejected conversations that share no opening message; without a "
+        "prompt, the prompt is the messages both begin with, so begin both with it or give prompt",
+        "line 8: mixes strings and lists of messages (prompt is a list, chosen is a string, "
+        "rejected is a string); make prompt, chosen and rejected all strings or all lists of "
+        "messages",
+    ]
+
+
+def test_a_preference_answer_is_the_assistants_and_differs_from_the_other() -> None:
+    summary = check(
+        jsonl(
+            {
+                "input": {"messages": [user("q")]},
+                "preferred_output": [answer("2")],
+                "non_preferred_output": [answer("2")],
+            },
+            {
+                "input": {"messages": [user("q")]},
+                "preferred_output": [answer("")],
+                "non_preferred_output": [answer("3")],
+            },
+            {"prompt": [user("q")], "chosen": [answer("2")], "rejected": [user("x"), answer("3")]},
+        )
+    )
+    assert messages(summary) == [
+        "line 1: has the same preferred_output and non_preferred_output; a pair needs two "
+        "different answers",
+        "line 2: preferred_output is an empty answer; give the assistant's text",
+        "line 3: rejected[0].role is 'user'; an answer starts with the assistant's message (the "
+        "prompt holds the turns before it)",
+    ]
+
+
+def test_preference_rows_share_one_shape_and_images_are_flagged() -> None:
+    summary = check(
+        jsonl(
+            {"prompt": "q", "chosen": "2", "rejected": "3"},
+            {"chosen": "q2", "rejected": "q3"},
+        )
+    )
+    assert messages(summary) == [
+        "line 2: writes its pair as chosen and rejected strings without a prompt, but line 1 "
+        "writes it as prompt, chosen and rejected strings; all rows of a file share one shape"
+    ]
+    image = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what?"}]}
+    pictured = check(jsonl({"prompt": [image], "chosen": [answer("a")], "rejected": [answer("b")]}))
+    assert (pictured.ok, pictured.has_images) == (True, True)

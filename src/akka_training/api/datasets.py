@@ -18,7 +18,7 @@ class DatasetVersion(ResponseBody):
     sha256: str
     rows: int
     bytes: int
-    format: str = Field(description="chat or prompt-completion.")
+    format: str = Field(description="chat, prompt-completion or preference.")
     has_images: bool
     aliases: list[str] = Field(description="The aliases that point at this version.")
     blob: str

@@ -96,7 +96,7 @@ class RunSummary(ResponseBody):
     project: str
     model_name: str | None
     description: str | None
-    method: str = Field(description="sft, grpo or gspo.")
+    method: str = Field(description="sft, dpo, grpo or gspo.")
     engine: str = Field(description="trl or verl.")
     base_model: str
     dataset: str = Field(description="The pinned dataset, PROJECT/NAME:vN.")
@@ -216,6 +216,21 @@ class Health(ResponseBody):
     pause: MonitorPause | None = Field(description="The last pause a monitor caused.")
 
 
+class Preference(ResponseBody):
+    """A dpo run's preference figures at its latest step (docs/preference-fine-tuning.md): the
+    implicit rewards (beta x the policy's log-probability ratio over the reference's) of the
+    chosen and the rejected answers, their margin, the share of pairs ranked right, and the
+    policy's log-probabilities of each answer; each a mean over the step's pairs."""
+
+    step: int = Field(description="The step the figures are from.")
+    rewards_chosen: float | None = optional_key()
+    rewards_rejected: float | None = optional_key()
+    rewards_margins: float | None = optional_key()
+    rewards_accuracies: float | None = optional_key("The share of pairs ranked right, 0 to 1.")
+    logps_chosen: float | None = optional_key()
+    logps_rejected: float | None = optional_key()
+
+
 class RunRecord(RunSummary):
     """A run as `runs get` shows it."""
 
@@ -226,6 +241,7 @@ class RunRecord(RunSummary):
     queue: Queue | None = Field(description="Why a QUEUED run waits.")
     stalled: Stalled | None
     health: Health | None = optional_key("Reinforcement runs, once a step reported.")
+    preference: Preference | None = optional_key("dpo runs, once a step reported.")
     settings: dict[str, Any] = Field(
         description=(
             "The resolved settings the run trains under (core.resolved.Settings as JSON). Kept "

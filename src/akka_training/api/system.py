@@ -23,6 +23,11 @@ class Info(ResponseBody):
 
     version: str
     engine: str = Field(description="The reinforcement engine: verl or trl.")
+    engines: dict[str, str] = Field(
+        default_factory=dict,
+        description="The engine each method trains on: sft and dpo on trl, grpo and gspo on "
+        "the reinforcement engine.",
+    )
     backend: str = Field(description="The cluster backend: local, ray, ...")
     database: str
     storage: str

@@ -26,7 +26,7 @@ GROUPS = {
 
 app = typer.Typer(
     name="akka",
-    help="akka training: fine-tune LoRA adapters with SFT, GRPO and GSPO.",
+    help="akka training: fine-tune LoRA adapters with SFT, DPO, GRPO and GSPO.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from akka_training.core.plans import RL_METHODS, PlanModel, Precision
+from akka_training.core.plans import METHODS, RL_METHODS, PlanModel, Precision
 
 Engine = Literal["trl", "verl"]
 Modality = Literal["text", "image-text"]
@@ -18,7 +18,7 @@ ENGINES: tuple[str, ...] = ("trl", "verl")
 
 
 class Envelope(PlanModel):
-    method: Literal["sft", "grpo", "gspo"]
+    method: Literal["sft", "dpo", "grpo", "gspo"]
     engine: Engine
     gpus: int = Field(ge=1)
     precision: Precision = "BF16"
@@ -46,13 +46,13 @@ class CatalogModel(PlanModel):
         return self.hub_id or self.id
 
     def methods(self, engine: str, image_text_rl: bool) -> list[str]:
-        """Methods this model admits under `engine`, in sft, grpo, gspo order.
+        """Methods this model admits under `engine`, in sft, dpo, grpo, gspo order.
 
-        SFT always runs on TRL, whatever the reinforcement engine. RL over an image-text model
+        SFT and DPO always run on TRL, whatever the reinforcement engine. RL over an image-text model
         under verl needs the deployment to enable it (`trainer.reinforcement.image-text`)."""
         out = []
-        for method in ("sft", "grpo", "gspo"):
-            method_engine = "trl" if method == "sft" else engine
+        for method in METHODS:
+            method_engine = engine_for(method, engine)
             if not any(e.method == method and e.engine == method_engine for e in self.envelopes):
                 continue
             if (
@@ -85,7 +85,8 @@ class CatalogModel(PlanModel):
 
 
 def engine_for(method: str, rl_engine: str) -> str:
-    """The engine a method trains on: SFT on TRL, reinforcement on the deployment's engine."""
+    """The engine a method trains on: SFT and DPO on TRL, reinforcement on the deployment's
+    engine."""
     return rl_engine if method in RL_METHODS else "trl"
 
 

@@ -11,6 +11,7 @@ from akka_training.core.plans import (
     RL_METHODS,
     Clip,
     Lora,
+    Preference,
     Reward,
     RlHyperparams,
     RunPlan,
@@ -51,6 +52,11 @@ def fill_defaults(
     if config.max_seq_length is None:
         limit = model.context_length if model else DEFAULT_MAX_SEQ_LENGTH
         config.max_seq_length = min(DEFAULT_MAX_SEQ_LENGTH, limit)
+    if config.method == "dpo" and config.hyperparams is not None:
+        preference = config.hyperparams.preference or Preference()
+        if preference.max_prompt_length is None:
+            preference.max_prompt_length = config.max_seq_length // 2
+        config.hyperparams.preference = preference
     if config.model.precision is None and envelope is not None:
         config.model.precision = envelope.precision
     if plan.execution.pool is None:

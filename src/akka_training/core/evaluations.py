@@ -4,7 +4,9 @@ An evaluation plan (`kind: evaluation`) names a base model, an optional source (
 adapter or one of its snapshots), a dataset of chat or prompt rows with expected answers, how
 to generate (`generation`) and what to measure (`metrics`): the reward terms of reinforcement
 learning (match, regex, length, judge, http, rule), `loss` (the mean token loss of the
-expected answers) and `pass@k` over a term when more than one sample is drawn per prompt.
+expected answers) and `pass@k` over a term when more than one sample is drawn per prompt; or,
+over a dataset of preference pairs, `preference` (the share of pairs the model prefers the
+chosen answer of).
 
 It runs as a task of kind `evaluate` (`core.tasks`); its job keeps every scored sample in the
 blob store and reports each metric with a 95% confidence interval (`interval`). Comparing two
@@ -38,7 +40,7 @@ from akka_training.core.resolved import BaseModelPin, BundlePin
 
 EVALUATE = "evaluate"
 REWARD_KINDS = ("match", "regex", "length", "judge", "http", "rule")
-METRIC_KINDS = (*REWARD_KINDS, "loss", "pass@k")
+METRIC_KINDS = (*REWARD_KINDS, "loss", "pass@k", "preference")
 # The z of a two-sided 95% interval.
 Z95 = 1.96
 
@@ -49,6 +51,17 @@ class LossMetric(PlanModel):
 
     kind: Literal["loss"]
     name: Name = Field("loss", min_length=1)
+
+
+class PreferenceMetric(PlanModel):
+    """Over a preference dataset: the share of pairs whose chosen answer the evaluated model
+    prefers by its log-probability margin against the base model (the reference), DPO's
+    implicit reward margin: [log p(chosen) - log p_base(chosen)] - [log p(rejected) -
+    log p_base(rejected)]. A pair counts 1 above 0, 1/2 at exactly 0 (so the base model itself
+    scores 0.5) and 0 below."""
+
+    kind: Literal["preference"]
+    name: Name = Field("preference", min_length=1)
 
 
 class PassAtKMetric(PlanModel):
@@ -70,7 +83,8 @@ Metric = Annotated[
     | JudgeTerm
     | HttpTerm
     | LossMetric
-    | PassAtKMetric,
+    | PassAtKMetric
+    | PreferenceMetric,
     Field(discriminator="kind"),
 ]
 
@@ -242,6 +256,15 @@ def metric_problems(plan: EvaluationPlan) -> list[Problem]:
             problems.append(
                 Problem(f"metrics[{i}].name", f"Two metrics are named {name!r}; rename one.")
             )
+    kinds = {m.kind for m in plan.metrics}
+    if "preference" in kinds and kinds != {"preference"}:
+        problems.append(
+            Problem(
+                "metrics",
+                "A preference metric scores the pairs of a preference dataset, which the other "
+                "metrics cannot read; evaluate them in a separate evaluation.",
+            )
+        )
     terms = {m.name for m in plan.metrics if m.kind in REWARD_KINDS}
     samples = plan.generation.samples_per_prompt
     for i, m in enumerate(plan.metrics):

@@ -85,11 +85,11 @@ _MEMORY_MORE = {
 
 def advice(reason: FailureReason, method: str | None) -> str | None:
     """What to change, for a reason that has a remedy in the run's settings (`method` names
-    the run's method: sft, grpo or gspo)."""
+    the run's method: sft, dpo, grpo or gspo)."""
     more = _MEMORY_MORE.get(reason)
     if more is None:
         return None
-    kind = "sft" if method == "sft" else "rl" if method in ("grpo", "gspo") else None
+    kind = "sft" if method in ("sft", "dpo") else "rl" if method in ("grpo", "gspo") else None
     if kind is None:
         return (
             f"{_MEMORY_SETTINGS['sft']} (for grpo or gspo: "

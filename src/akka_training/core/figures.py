@@ -62,7 +62,7 @@ class Figures(BaseModel):
     # Every other figure, by its name.
     __pydantic_extra__: dict[str, float] = Field(init=False)
 
-    loss: float | None = Field(None, alias="loss", description="The training loss (sft).")
+    loss: float | None = Field(None, alias="loss", description="The training loss (sft, dpo).")
     eval_loss: float | None = Field(None, alias="eval_loss")
     reward_mean: float | None = Field(None, alias="reward/mean")
     tokens: float | None = Field(None, alias="tokens", description="Tokens the step trained on.")
@@ -92,6 +92,14 @@ class Figures(BaseModel):
             name.removesuffix("/share_mean"): value
             for name, value in self._family("terms/").items()
             if name.endswith("/share_mean")
+        }
+
+    def preference(self) -> dict[str, float]:
+        """A dpo step's preference figures (``rewards/...`` and ``logps/...``)."""
+        return {
+            name: value
+            for name, value in self.named().items()
+            if name.startswith(("rewards/", "logps/"))
         }
 
     def health(self) -> dict[str, float]:

@@ -154,7 +154,7 @@ def _rows(facts: CardFacts) -> list[tuple[str, str]]:
         ("Steps", str(facts.step)),
         ("Weights", f"snapshot `{facts.snapshot}`" if facts.snapshot else "the final adapter"),
     ]
-    if facts.method == "sft":
+    if facts.method in ("sft", "dpo"):
         rows.append(("Training loss", _figure(facts.loss)))
     else:
         rows.append(("Reward", _figure(facts.reward)))

@@ -23,8 +23,14 @@ from akka_training.core.bounds import (
     Url,
 )
 
-Method = Literal["sft", "grpo", "gspo"]
+Method = Literal["sft", "dpo", "grpo", "gspo"]
+METHODS: tuple[str, ...] = ("sft", "dpo", "grpo", "gspo")
 RL_METHODS: frozenset[str] = frozenset({"grpo", "gspo"})
+# Methods that train on a fixed dataset through config.hyperparams, with a training loss.
+LOSS_METHODS: frozenset[str] = frozenset({"sft", "dpo"})
+# The DPO loss types a dpo run may use: TRL's, each tested here (docs/preference-fine-tuning.md).
+LossType = Literal["sigmoid", "ipo", "hinge", "robust"]
+LOSS_TYPES: tuple[str, ...] = LossType.__args__  # type: ignore[attr-defined]
 Precision = Literal["BF16", "FP16", "FP32"]
 
 
@@ -82,10 +88,27 @@ class SftTraining(PlanModel):
     validation_frequency_steps: Int = Field(50, ge=1, le=limits.INT32_MAX)
 
 
+class Preference(PlanModel):
+    """How a dpo run weighs its pairs (TRL's DPOConfig)."""
+
+    # How far the policy may move from the reference policy: a higher beta keeps it closer.
+    beta: Number = Field(0.1, gt=0, le=limits.MAX_KL_BETA)
+    loss_type: LossType = "sigmoid"
+    # The share of pairs taken as mislabelled (sigmoid: conservative DPO; robust: robust DPO).
+    label_smoothing: Number = Field(0.0, ge=0, lt=0.5)
+    # Tokens of a prompt a pair keeps (the end of it, next to the answers); None: half of
+    # config.maxSeqLength, filled by defaults. The answers take the rest of maxSeqLength.
+    max_prompt_length: Int | None = Field(None, ge=1, le=limits.INT32_MAX)
+
+
 class SftHyperparams(PlanModel):
+    """The settings of a run that trains on a fixed dataset: sft, and dpo (with `preference`)."""
+
     lora: Lora = Field(default_factory=Lora)
     optimizer: SftOptimizer = Field(default_factory=SftOptimizer)
     training: SftTraining = Field(default_factory=SftTraining)
+    # Only for dpo; None for sft.
+    preference: Preference | None = None
 
 
 class Clip(PlanModel):

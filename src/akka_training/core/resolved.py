@@ -21,7 +21,7 @@ class DatasetPin(PlanModel):
     sha256: str
     rows: int
     bytes: int
-    format: Literal["chat", "prompt-completion"]
+    format: Literal["chat", "prompt-completion", "preference"]
     has_images: bool
     blob: str  # key in the blob store
 
@@ -58,7 +58,7 @@ class BundlePin(PlanModel):
 
 class Settings(PlanModel):
     project: str
-    method: Literal["sft", "grpo", "gspo"]
+    method: Literal["sft", "dpo", "grpo", "gspo"]
     engine: Literal["trl", "verl"]
     base_model: BaseModelPin
     dataset: DatasetPin

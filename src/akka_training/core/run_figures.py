@@ -1,6 +1,7 @@
 """What the service keeps of a run's figures on its row (`runs.summary`): the latest loss and
 reward, the run's throughput, MFU and padding share with the sums they come from, the latest
-health figures, the last pause a monitor caused, and the closing figures the job reported.
+health figures, the latest preference figures (dpo), the last pause a monitor caused, and the
+closing figures the job reported.
 
 Step reports change it through `with_step` and `with_pause`, the job's end through `with_end`;
 `runs get` reads its fields. It is stored as JSON with camelCase keys, the keys rows have always
@@ -18,7 +19,7 @@ from pydantic.alias_generators import to_camel
 from akka_training.core.figures import Figures
 from akka_training.core.reports import JobSummary, MonitorPause
 
-__all__ = ["HealthFigures", "RunFigures", "StepTotals"]
+__all__ = ["HealthFigures", "PreferenceFigures", "RunFigures", "StepTotals"]
 
 
 class _Stored(BaseModel):
@@ -89,6 +90,14 @@ class HealthFigures(_Stored):
     figures: dict[str, float]
 
 
+class PreferenceFigures(_Stored):
+    """A dpo run's preference figures (``rewards/chosen``, ``logps/rejected``, …) of its latest
+    step, and of its first (where the rewards are 0: the policy is the reference)."""
+
+    step: int
+    figures: dict[str, float]
+
+
 class RunFigures(_Stored):
     loss: float | None = None  # the latest step's training loss (sft), then the job's final
     reward: float | None = None  # the latest step's mean reward, then the job's final
@@ -99,6 +108,7 @@ class RunFigures(_Stored):
     padding_share: float | None = None
     totals: StepTotals = StepTotals()
     health: HealthFigures | None = None
+    preference: PreferenceFigures | None = None
     monitor_pause: MonitorPause | None = None
     # The job's closing counts of tool calls, by tool (reinforcement runs with tools).
     tool_calls: dict[str, int] | None = None
@@ -118,7 +128,7 @@ class RunFigures(_Stored):
             "mfu": totals.mfu(),
             "padding_share": totals.padding_share(),
         }
-        if figures.loss is not None and method == "sft":
+        if figures.loss is not None and method in ("sft", "dpo"):
             changes["loss"] = figures.loss
         if figures.reward_mean is not None:
             changes["reward"] = figures.reward_mean
@@ -129,6 +139,9 @@ class RunFigures(_Stored):
         health = figures.health()
         if health:
             changes["health"] = HealthFigures(step=step, figures=health)
+        preference = figures.preference()
+        if preference:
+            changes["preference"] = PreferenceFigures(step=step, figures=preference)
         return self.model_copy(update=changes)
 
     def without_steps(self, dropped: Iterable[Figures]) -> RunFigures:

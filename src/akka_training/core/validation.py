@@ -105,7 +105,8 @@ def method_sections(c: Checked) -> list[Problem]:
         out.append(
             Problem(
                 "config.hyperparams",
-                f"config.hyperparams is for sft; a {c.method} run takes config.rlHyperparams. "
+                f"config.hyperparams is for sft and dpo; a {c.method} run takes "
+                "config.rlHyperparams. "
                 "Move the settings there or remove config.hyperparams.",
             )
         )
@@ -115,7 +116,7 @@ def method_sections(c: Checked) -> list[Problem]:
                 out.append(
                     Problem(
                         f"config.{name}",
-                        f"config.{name} is for grpo and gspo; an sft run takes "
+                        f"config.{name} is for grpo and gspo; {_a(c.method)} run takes "
                         "config.hyperparams. Remove it or change config.method.",
                     )
                 )
@@ -127,6 +128,15 @@ def method_sections(c: Checked) -> list[Problem]:
             out.append(
                 Problem("config.monitors", "config.monitors is for grpo and gspo runs; remove it.")
             )
+    preference = config.hyperparams.preference if config.hyperparams is not None else None
+    if c.method != "dpo" and preference is not None:
+        out.append(
+            Problem(
+                "config.hyperparams.preference",
+                f"config.hyperparams.preference is for dpo; {_a(c.method)} run does not use it. "
+                "Remove it or set config.method to dpo.",
+            )
+        )
     if c.is_rl and (config.reward is None or not config.reward.terms):
         out.append(
             Problem(
@@ -262,6 +272,37 @@ def sequence_lengths(c: Checked) -> list[Problem]:
                 f"leaves no room for the prompt within config.maxSeqLength "
                 f"({config.max_seq_length}); lower maxCompletionTokens or raise "
                 "maxSeqLength.",
+            )
+        )
+    return out
+
+
+def preference_settings(c: Checked) -> list[Problem]:
+    """A dpo run's loss settings, and its prompt's share of the sequence."""
+    hp = c.plan.config.hyperparams
+    if c.method != "dpo" or hp is None or hp.preference is None:
+        return []
+    preference = hp.preference
+    out = []
+    smoothing = preference.label_smoothing
+    if smoothing > 0 and preference.loss_type in ("ipo", "hinge"):
+        out.append(
+            Problem(
+                "config.hyperparams.preference.labelSmoothing",
+                f"config.hyperparams.preference.labelSmoothing ({smoothing:g}) has no effect on "
+                f"the {preference.loss_type} loss; set it to 0, or use lossType sigmoid or "
+                "robust.",
+            )
+        )
+    limit = c.plan.config.max_seq_length
+    prompt = preference.max_prompt_length
+    if limit is not None and prompt is not None and prompt >= limit:
+        out.append(
+            Problem(
+                "config.hyperparams.preference.maxPromptLength",
+                f"config.hyperparams.preference.maxPromptLength ({prompt}) leaves no room for "
+                f"the answers within config.maxSeqLength ({limit}); set it below {limit} "
+                "(such as half of it) or raise maxSeqLength.",
             )
         )
     return out
@@ -453,6 +494,9 @@ def dataset_fits_method(c: Checked) -> list[Problem]:
     for key, info in (("dataset", c.dataset), ("evalDataset", c.eval_dataset)):
         if info is None:
             continue
+        format_problem = _format_problem(c.method, info)
+        if format_problem is not None:
+            out.append(Problem(f"config.{key}", f"config.{key} {format_problem}"))
         if c.is_rl and info.has_images:
             out.append(
                 Problem(
@@ -462,7 +506,15 @@ def dataset_fits_method(c: Checked) -> list[Problem]:
                     "method sft.",
                 )
             )
-        if info.has_images and c.model is not None and c.model.modality == "text":
+        if c.method == "dpo" and info.has_images:
+            out.append(
+                Problem(
+                    f"config.{key}",
+                    f"config.{key} {info.ref} has rows with images; a dpo run trains on text, "
+                    "whatever the base model. Use a text-only dataset.",
+                )
+            )
+        elif info.has_images and c.model is not None and c.model.modality == "text":
             out.append(
                 Problem(
                     f"config.{key}",
@@ -478,6 +530,47 @@ def dataset_fits_method(c: Checked) -> list[Problem]:
                 )
             )
     return out
+
+
+def dpo_continuation(c: Checked) -> list[Problem]:
+    """A dpo run's reference is the adapter it starts from. A continuation restores a training
+    state part-way, so its reference would be the snapshot's adapter rather than the one the
+    run it continues was measured against: refused until the reference is carried along."""
+    source = c.plan.source
+    if c.method != "dpo" or source is None or source.restore != "trainingState":
+        return []
+    return [
+        Problem(
+            "source.restore",
+            "A dpo run cannot continue a training state yet: its reference policy would be the "
+            "snapshot's adapter, not the one the run was measured against. Branch from the "
+            "snapshot instead (restore: weights, which takes the snapshot's adapter as the "
+            "reference), or start a new run.",
+        )
+    ]
+
+
+def _format_problem(method: str, info: DatasetInfo) -> str | None:
+    """Why a dataset's rows do not suit `method`, or None: dpo trains on preference pairs, and
+    no other method does."""
+    if method == "dpo" and info.format != "preference":
+        return (
+            f"{info.ref} is a {info.format} dataset; a dpo run trains on preference pairs "
+            "(prompt, chosen and rejected, or OpenAI's input, preferred_output and "
+            "non_preferred_output). Register a preference dataset, or set config.method to sft."
+        )
+    if method != "dpo" and info.format == "preference":
+        return (
+            f"{info.ref} is a preference dataset (pairs of a chosen and a rejected answer); "
+            f"{_a(method)} run trains on chat or prompt-completion rows. Set config.method to "
+            "dpo, or choose a chat or prompt-completion dataset."
+        )
+    return None
+
+
+def _a(method: str) -> str:
+    """`method` with its article as it is read aloud: an sft, a dpo, a grpo."""
+    return f"an {method}" if method == "sft" else f"a {method}"
 
 
 def source_matches(c: Checked) -> list[Problem]:
@@ -562,6 +655,7 @@ RULES: list[Rule] = [
     qualified_gpus,
     pool_fits,
     sequence_lengths,
+    preference_settings,
     prompts_divisible,
     generation_shapes,
     rollout_devices,
@@ -572,6 +666,7 @@ RULES: list[Rule] = [
     prompts_within_rows,
     steps_storable,
     dataset_fits_method,
+    dpo_continuation,
     source_matches,
     reward_patterns,
     monitor_terms,

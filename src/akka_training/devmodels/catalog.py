@@ -15,7 +15,8 @@ BUILDER_VERSION = 2
 
 
 def catalog_entry(model_id: str, path: Path, revision: str, modality: str) -> dict[str, Any]:
-    """The catalog entry of a development model: TRL envelopes at 1 GPU in FP32 for every method,
+    """The catalog entry of a development model: TRL envelopes at 1 GPU in FP32 for every method
+    (dpo on the text model only),
     and verl envelopes for reinforcement at 1, 2, 4 and 8 GPUs in BF16."""
     envelopes: list[dict[str, Any]] = [
         {
@@ -26,7 +27,9 @@ def catalog_entry(model_id: str, path: Path, revision: str, modality: str) -> di
             "gpuMemoryGib": 2.0,
             "hostMemoryGib": 4.0,
         }
-        for method in ("sft", "grpo", "gspo")
+        # Preference training over images is not tested here: dpo on the text model only.
+        for method in ("sft", "dpo", "grpo", "gspo")
+        if method != "dpo" or modality == "text"
     ]
     envelopes += [
         {

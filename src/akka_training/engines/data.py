@@ -8,7 +8,8 @@ content may be a list of parts; an image part carries its image under ``image``,
 absolute path on the job's host. The job reaches no network, so ``http(s)`` images are refused.
 
 For reinforcement learning the last assistant message (or the completion) is the expected
-answer and everything before it is the prompt.
+answer and everything before it is the prompt. Preference rows (dpo) are a prompt and two
+answers (`preference_examples`).
 """
 
 from __future__ import annotations
@@ -89,6 +90,38 @@ def sft_examples(rows: list[dict[str, Any]], *, image_text: bool) -> list[dict[s
     if any(found):
         for example, images in zip(examples, found, strict=True):
             example["images"] = images
+    return examples
+
+
+def preference_examples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Preference rows as DPOTrainer examples: ``prompt``, ``chosen`` and ``rejected``, all text
+    or all lists of messages. OpenAI's rows (``input.messages``, ``preferred_output``,
+    ``non_preferred_output``) become TRL's; a row without a prompt keeps it implicit, for TRL
+    to take the messages (or text) both answers begin with. Images are refused: a dpo run
+    trains on text."""
+    examples: list[dict[str, Any]] = []
+    for number, row in enumerate(rows, start=1):
+        if "preferred_output" in row:
+            given = row.get("input")
+            prompt = given.get("messages") if isinstance(given, dict) else None
+            sides = {
+                "prompt": prompt,
+                "chosen": row.get("preferred_output"),
+                "rejected": row.get("non_preferred_output"),
+            }
+        elif "chosen" in row and "rejected" in row:
+            sides = {k: row[k] for k in ("prompt", "chosen", "rejected") if k in row}
+        else:
+            raise DataError(f"row {number} is not a preference pair (prompt, chosen, rejected)")
+        example: dict[str, Any] = {}
+        for key, value in sides.items():
+            if value is None:
+                raise DataError(f"row {number} has no {key}")
+            example[key] = _prompt_or_text(value, number, False, [])
+        examples.append(example)
+    shapes = {(tuple(sorted(e)), isinstance(e["chosen"], str)) for e in examples}
+    if len(shapes) > 1:
+        raise DataError("the dataset mixes preference rows of different shapes")
     return examples
 
 

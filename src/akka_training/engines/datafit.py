@@ -10,6 +10,10 @@ The counts follow what TRL 1.16 does to the rows:
   dropped, so a row whose answer lies wholly past the limit counts as an answer truncated.
 - GRPO/GSPO: TRL does not truncate prompts, so the engine drops every prompt longer than
   ``maxSeqLength - maxCompletionTokens`` (its rollouts could not fit) and counts it here.
+- DPO: TRL tokenises each pair (prompt, prompt + chosen, prompt + rejected, through the chat
+  template for messages) and drops a pair whose prompt alone fills ``max_length``; the engine
+  then keeps the last ``maxPromptLength`` tokens of a longer prompt, and TRL's collator cuts
+  prompt + answer at ``max_length``. `pair_fit` counts from TRL's own token ids.
 """
 
 from __future__ import annotations
@@ -66,6 +70,41 @@ def sft_data_fit(
         else:
             dropped += 1
     return DataFit(len(examples), truncated, answers, dropped, max_length)
+
+
+@dataclass
+class PairFit:
+    """How preference pairs fit: the `DataFit` (rows are pairs; `rows_truncated`: pairs longer
+    than the limit, dropped ones included; `answers_truncated`: kept pairs that lost part of
+    an answer) and `prompts_truncated`, prompts cut to their share of the length."""
+
+    fit: DataFit
+    prompts_truncated: int
+
+    def to_report(self) -> dict[str, int]:
+        return self.fit.to_report() | {"promptsTruncated": self.prompts_truncated}
+
+
+def pair_fit(
+    pairs: int,
+    lengths: Sequence[tuple[int, int, int]],
+    max_length: int,
+    max_prompt_length: int,
+) -> PairFit:
+    """Count how `pairs` preference pairs fit. `lengths`: (prompt, chosen, rejected) token
+    counts of the pairs TRL kept, before the prompt is cut to `max_prompt_length`; the pairs
+    missing from it were dropped."""
+    dropped = pairs - len(lengths)
+    prompts = truncated = answers = 0
+    for prompt, chosen, rejected in lengths:
+        longest = prompt + max(chosen, rejected)
+        truncated += int(longest > max_length)
+        if prompt > max_prompt_length:
+            prompts += 1
+            prompt = max_prompt_length
+        answers += int(prompt + max(chosen, rejected) > max_length)
+    fit = DataFit(pairs, truncated + dropped, answers, dropped, max_length)
+    return PairFit(fit, prompts)
 
 
 def rl_data_fit(

@@ -23,6 +23,7 @@ from akka_training.engines.failures import JobError
 # imports TRL, and a TRL job never imports the verl adapter.
 ENGINES: dict[tuple[str, str], str] = {
     ("sft", "trl"): "akka_training.engines.trl.sft:SftEngine",
+    ("dpo", "trl"): "akka_training.engines.trl.dpo:DpoEngine",
     ("grpo", "trl"): "akka_training.engines.trl.grpo:GrpoEngine",
     ("gspo", "trl"): "akka_training.engines.trl.grpo:GrpoEngine",
     ("grpo", "verl"): "akka_training.engines.verl.engine:VerlEngine",

@@ -7,7 +7,8 @@ for the attempt's token at its start; the working directory is the attempt's job
 1. setup: report `started` with the placement (host, pid, pod, node, GPUs), open the job's
    telemetry (metrics.jsonl, TensorBoard, OTLP when configured) and its root span, start the
    stall watchdog, pick the engine for the run's method and engine from the registry
-   (`akka_training.engines.engine.ENGINES`: TRL for sft, grpo and gspo, verl for grpo and gspo),
+   (`akka_training.engines.engine.ENGINES`: TRL for sft, dpo, grpo and gspo, verl for grpo and
+   gspo),
    and store the run's tokenizer beside its adapters (`tokenizer_files`);
 2. train: run the engine (the `Engine` protocol); it reports `training`, every step, snapshot
    and rollout, and obeys the service's directives;

@@ -4,8 +4,8 @@
 line as it arrives, carrying a partial line over to the next block, so a file is never held in
 memory; `finish` checks the last line and returns a `RowSummary`.
 
-A row is one line of JSON (blank lines are skipped) in one of two formats, shared by every row of
-a file:
+A row is one line of JSON (blank lines are skipped) in one of three formats, shared by every row
+of a file:
 
 - ``chat``: ``{"messages": [{"role": ..., "content": ...}, ...]}`` with roles system, user,
   assistant and tool, ending with the assistant message to train on. A content is a string or a
@@ -13,6 +13,12 @@ a file:
   messages carry images.
 - ``prompt-completion``: ``{"prompt": ..., "completion": ...}``, both strings or both lists of
   messages (the completion ending with an assistant message).
+- ``preference``: a prompt and two answers, the preferred one first, in OpenAI's shape
+  (``{"input": {"messages": [...]}, "preferred_output": [...], "non_preferred_output": [...]}``)
+  or TRL's (``{"prompt": ..., "chosen": ..., "rejected": ...}``, all strings or all lists of
+  messages; without ``prompt``, the prompt is what ``chosen`` and ``rejected`` begin with). The
+  answers must differ, hold text, and be the assistant's; a prompt starts with its system message
+  and ends with the turn the answers reply to.
 
 Problems name the line and the field ("line 7: messages[2].role is 'bot'; use system, user,
 assistant or tool"); the first `max_listed` are kept and the rest counted.
@@ -30,12 +36,16 @@ from pydantic_core import from_json
 
 CHAT = "chat"
 PROMPT_COMPLETION = "prompt-completion"
+PREFERENCE = "preference"
 ROLES = ("system", "user", "assistant", "tool")
 MAX_LISTED = 20
 # One row is parsed whole, so one line is the most the validator holds in memory.
 MAX_LINE_BYTES = 32 * 1024 * 1024
 
 _ROLES = frozenset(ROLES)
+# Any of these keys makes a row a preference row.
+_PREFERENCE_KEYS = frozenset({"chosen", "rejected", "preferred_output", "non_preferred_output"})
+_OPENAI_KEYS = ("input", "preferred_output", "non_preferred_output")
 # A line as the quick tests take it: a view into the received block, or bytes.
 Buffer = bytes | memoryview
 _ROLE_LIST = "system, user, assistant or tool"
@@ -71,7 +81,8 @@ class RowSummary:
 @dataclass
 class _Shape:
     """The format of the first valid row, which every later row must share. `style` is
-    ``messages`` or ``text`` (prompt-completion rows with plain strings)."""
+    ``messages`` or ``text`` (prompt-completion rows with plain strings); for preference rows
+    also ``openai``, ``implicit-messages`` or ``implicit-text`` (no prompt key)."""
 
     format: str
     style: str
@@ -264,11 +275,14 @@ class RowValidator:
                 number,
                 "",
                 f"holds {_kind(row)}; each line holds one row, an object with messages "
-                "(chat) or prompt and completion",
+                "(chat), prompt and completion, or prompt, chosen and rejected (preference)",
             )
             return
         problems: list[tuple[str, str]] = []
-        if "messages" in row:
+        if not _PREFERENCE_KEYS.isdisjoint(row):
+            fmt = PREFERENCE
+            style, images = _check_preference(row, problems)
+        elif "messages" in row:
             if "prompt" in row or "completion" in row:
                 self._add(
                     number,
@@ -288,7 +302,7 @@ class RowValidator:
                 number,
                 "",
                 f"has neither messages nor prompt and completion (keys: {keys}); "
-                "write chat rows or prompt-completion rows",
+                "write chat rows, prompt-completion rows or preference rows",
             )
             return
         for where, text in problems:
@@ -343,6 +357,194 @@ def _check_prompt_completion(
         )
     )
     return "text", False
+
+
+def _check_preference(row: dict[str, Any], problems: list[tuple[str, str]]) -> tuple[str, bool]:
+    """Check a preference row in OpenAI's or TRL's shape; returns its style and whether it
+    carries an image."""
+    if "preferred_output" in row or "non_preferred_output" in row or "input" in row:
+        return "openai", _check_openai_pair(row, problems)
+    return _check_trl_pair(row, problems)
+
+
+def _check_openai_pair(row: dict[str, Any], problems: list[tuple[str, str]]) -> bool:
+    for name in _OPENAI_KEYS:
+        if name not in row:
+            problems.append(
+                (
+                    "",
+                    f"has no {name}; an OpenAI preference row needs input, preferred_output and "
+                    "non_preferred_output",
+                )
+            )
+    if problems:
+        return False
+    given = row["input"]
+    if type(given) is not dict or "messages" not in given:
+        problems.append(
+            ("input", f'is {_kind(given)} without messages; write it as {{"messages": [...]}}')
+        )
+        images = False
+    else:
+        images = _check_prompt(given["messages"], "input.messages", problems)
+    _check_answer(row["preferred_output"], "preferred_output", problems)
+    _check_answer(row["non_preferred_output"], "non_preferred_output", problems)
+    if not problems and row["preferred_output"] == row["non_preferred_output"]:
+        problems.append(
+            (
+                "",
+                "has the same preferred_output and non_preferred_output; a pair needs two "
+                "different answers",
+            )
+        )
+    return images
+
+
+def _check_trl_pair(row: dict[str, Any], problems: list[tuple[str, str]]) -> tuple[str, bool]:
+    for name in ("chosen", "rejected"):
+        if name not in row:
+            problems.append(
+                ("", f"has no {name}; a preference row needs both a chosen and a rejected answer")
+            )
+    if problems:
+        return "text", False
+    sides = {k: row[k] for k in ("prompt", "chosen", "rejected") if k in row}
+    for name, value in sides.items():
+        if type(value) is not str and type(value) is not list:
+            problems.append((name, f"is {_kind(value)}; it must be a string or a list of messages"))
+    if problems:
+        return "text", False
+    implicit = "prompt" not in row
+    kinds = {type(v) for v in sides.values()}
+    if len(kinds) > 1:
+        shown = ", ".join(f"{k} is {_kind(v)}" for k, v in sides.items())
+        problems.append(
+            (
+                "",
+                f"mixes strings and lists of messages ({shown}); make "
+                f"{'chosen and rejected' if implicit else 'prompt, chosen and rejected'} all "
+                "strings or all lists of messages",
+            )
+        )
+        return "text", False
+    chosen, rejected = row["chosen"], row["rejected"]
+    if type(chosen) is str:
+        for name, text in (("chosen", chosen), ("rejected", rejected)):
+            if not text.strip():
+                problems.append((name, "is an empty answer; give the answer's text"))
+        if not problems and chosen == rejected:
+            problems.append(_SAME_ANSWER)
+        return ("implicit-text" if implicit else "text"), False
+    if not implicit:
+        images = _check_prompt(row["prompt"], "prompt", problems)
+        _check_answer(chosen, "chosen", problems)
+        _check_answer(rejected, "rejected", problems)
+        if not problems and chosen == rejected:
+            problems.append(_SAME_ANSWER)
+        return "messages", images
+    images = _check_messages(chosen, "chosen", True, problems)
+    images |= _check_messages(rejected, "rejected", True, problems)
+    if problems:
+        return "implicit-messages", images
+    shared = 0
+    while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+        shared += 1
+    if shared == len(chosen) and shared == len(rejected):
+        problems.append(_SAME_ANSWER)
+    elif shared == 0:
+        problems.append(
+            (
+                "",
+                "has chosen and rejected conversations that share no opening message; without a "
+                "prompt, the prompt is the messages both begin with, so begin both with it or "
+                "give prompt",
+            )
+        )
+    else:
+        _check_prompt(chosen[:shared], "chosen", problems)
+        for name, side in (("chosen", chosen), ("rejected", rejected)):
+            if shared < len(side):
+                _check_answer(side[shared:], name, problems, first=shared)
+    return "implicit-messages", images
+
+
+_SAME_ANSWER = ("", "has the same chosen and rejected answer; a pair needs two different answers")
+_PAIR_SHAPES = {
+    "openai": "OpenAI's input, preferred_output and non_preferred_output",
+    "text": "prompt, chosen and rejected strings",
+    "messages": "prompt, chosen and rejected lists of messages",
+    "implicit-text": "chosen and rejected strings without a prompt",
+    "implicit-messages": "chosen and rejected conversations without a prompt",
+}
+
+
+def _check_prompt(messages: Any, where: str, problems: list[tuple[str, str]]) -> bool:
+    """A preference prompt: messages whose system message comes first and whose last turn is
+    the one the answers reply to. Returns whether it carries an image."""
+    before = len(problems)
+    images = _check_messages(messages, where, False, problems)
+    if len(problems) > before:
+        return images
+    roles = [m.get("role") for m in messages]
+    for i, role in enumerate(roles):
+        if role == "system" and i > 0:
+            problems.append(
+                (
+                    f"{where}[{i}].role",
+                    "is a system message after the conversation began; the system message "
+                    "comes first",
+                )
+            )
+    if roles[-1] == "assistant":
+        problems.append(
+            (
+                where,
+                "ends with an assistant message; a prompt ends with the turn the answers reply "
+                "to (a user or tool message)",
+            )
+        )
+    return images
+
+
+def _check_answer(
+    messages: Any, where: str, problems: list[tuple[str, str]], first: int = 0
+) -> None:
+    """An answer: the assistant's messages (tool results between them), starting with the
+    assistant and holding some text or a tool call. `first` is the index of its first message
+    in `where` (an implicit prompt's answer follows the shared messages)."""
+    if type(messages) is not list:
+        problems.append((where, f"is {_kind(messages)}; it must be a list of messages"))
+        return
+    before = len(problems)
+    if first == 0:
+        _check_messages(messages, where, True, problems)
+    if len(problems) > before:
+        return
+    role = messages[0].get("role")
+    if role != "assistant":
+        problems.append(
+            (
+                f"{where}[{first}].role",
+                f"is {role!r}; an answer starts with the assistant's message (the prompt holds "
+                "the turns before it)",
+            )
+        )
+        return
+    if not any(_has_answer(m) for m in messages if m.get("role") == "assistant"):
+        problems.append((where, "is an empty answer; give the assistant's text"))
+
+
+def _has_answer(message: dict[str, Any]) -> bool:
+    if message.get("tool_calls"):
+        return True
+    content = message.get("content")
+    if type(content) is str:
+        return bool(content.strip())
+    if type(content) is list:
+        return any(
+            type(p) is dict and type(p.get("text")) is str and p["text"].strip() for p in content
+        )
+    return False
 
 
 def _check_messages(
@@ -488,6 +690,11 @@ def _mixed(fmt: str, style: str, first: _Shape) -> str:
         return (
             f"is a {fmt} row, but line {first.line} is a {first.format} row; "
             "all rows of a file share one format"
+        )
+    if fmt == PREFERENCE:
+        return (
+            f"writes its pair as {_PAIR_SHAPES[style]}, but line {first.line} writes it as "
+            f"{_PAIR_SHAPES[first.style]}; all rows of a file share one shape"
         )
     now = "lists of messages" if style == "messages" else "strings"
     then = "lists of messages" if first.style == "messages" else "strings"

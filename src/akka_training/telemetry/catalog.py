@@ -218,7 +218,9 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     AttributeSpec(PROJECT, "string", "The project the run, claim or quota belongs to."),
     AttributeSpec(RUN_ID, "string", "The run's id."),
     AttributeSpec(RUN_ATTEMPT, "int", "The attempt number: resume and retry start new ones."),
-    AttributeSpec(RUN_METHOD, "string", "The run's training method.", ("sft", "grpo", "gspo")),
+    AttributeSpec(
+        RUN_METHOD, "string", "The run's training method.", ("sft", "dpo", "grpo", "gspo")
+    ),
     AttributeSpec(RUN_ENGINE, "string", "The engine that trains the run.", ("trl", "verl")),
     AttributeSpec(RUN_PHASE, "string", "A run's phase.", tuple(p.value for p in Phase)),
     AttributeSpec(PIPELINE_ID, "string", "The pipeline a run belongs to, when it is a stage."),
@@ -465,6 +467,49 @@ _STEP_METRICS = (
     ),
     _m("sft.learning_rate", _G, "{lr}", _JOB, "Learning rate of the latest step."),
     _m("sft.grad_norm", _G, "{norm}", _JOB, "Gradient norm of the latest step (before clipping)."),
+    _m(
+        "dpo.rewards.chosen",
+        _G,
+        "{reward}",
+        _JOB,
+        "dpo: mean implicit reward of the chosen answers at the latest step (beta x the "
+        "policy's log-probability ratio over the reference's; 0 at the first step).",
+    ),
+    _m(
+        "dpo.rewards.rejected",
+        _G,
+        "{reward}",
+        _JOB,
+        "dpo: mean implicit reward of the rejected answers at the latest step.",
+    ),
+    _m(
+        "dpo.rewards.margin",
+        _G,
+        "{reward}",
+        _JOB,
+        "dpo: mean margin of the chosen answer's reward over the rejected one's.",
+    ),
+    _m(
+        "dpo.rewards.accuracy.ratio",
+        _G,
+        "1",
+        _JOB,
+        "dpo: share of the latest step's pairs whose chosen answer has the higher reward.",
+    ),
+    _m(
+        "dpo.logps.chosen",
+        _G,
+        "{logprob}",
+        _JOB,
+        "dpo: the policy's mean summed log-probability of the chosen answers.",
+    ),
+    _m(
+        "dpo.logps.rejected",
+        _G,
+        "{logprob}",
+        _JOB,
+        "dpo: the policy's mean summed log-probability of the rejected answers.",
+    ),
     _m("step.tokens", _G, "{token}", _JOB, "Tokens processed by the latest step."),
     _m("step.throughput", _G, "{token}/s", _JOB, "Tokens per second of the latest step."),
     _m(

@@ -179,9 +179,23 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
             "Loss and reward",
             [
                 _ts(
-                    "Loss (sft)",
+                    "Loss (sft, dpo)",
                     [(_job("sft.loss"), "train"), (_job("sft.eval.loss"), "eval")],
                     "none",
+                ),
+                _ts(
+                    "Preference rewards (dpo)",
+                    [
+                        (_job("dpo.rewards.chosen"), "chosen"),
+                        (_job("dpo.rewards.rejected"), "rejected"),
+                        (_job("dpo.rewards.margin"), "margin"),
+                    ],
+                    "none",
+                ),
+                _ts(
+                    "Pairs ranked right (dpo)",
+                    [(_job("dpo.rewards.accuracy.ratio"), "accuracy")],
+                    "percentunit",
                 ),
                 _ts(
                     "Reward mean and spread",

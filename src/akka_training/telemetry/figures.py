@@ -19,12 +19,18 @@ Every step, whatever its figures, adds 1 to the kind's step counter
 | memory/host_peak               | memory.host.peak                             |                       |
 | padding_share                  | data.padding.ratio                           |                       |
 
-| figure (sft)                   | metric                                       | attributes            |
+| figure (sft, dpo)              | metric                                       | attributes            |
 |--------------------------------|----------------------------------------------|-----------------------|
 | loss                           | sft.loss                                     |                       |
 | eval_loss                      | sft.eval.loss                                |                       |
 | learning_rate                  | sft.learning_rate                            |                       |
 | grad_norm                      | sft.grad_norm                                |                       |
+| rewards/chosen                 | dpo.rewards.chosen                           |                       |
+| rewards/rejected               | dpo.rewards.rejected                         |                       |
+| rewards/margins                | dpo.rewards.margin                           |                       |
+| rewards/accuracies             | dpo.rewards.accuracy.ratio                   |                       |
+| logps/chosen                   | dpo.logps.chosen                             |                       |
+| logps/rejected                 | dpo.logps.rejected                           |                       |
 | timing/step                    | sft.step.timing                              | step.phase=step       |
 | timing/evaluation              | sft.step.timing                              | step.phase=evaluation |
 | timing/save                    | sft.step.timing                              | step.phase=save       |
@@ -179,6 +185,13 @@ _SFT: dict[str, Route] = {
     "eval_loss": _r("sft.eval.loss"),
     "learning_rate": _r("sft.learning_rate"),
     "grad_norm": _r("sft.grad_norm"),
+    # A dpo step is a supervised step with its preference figures.
+    "rewards/chosen": _r("dpo.rewards.chosen"),
+    "rewards/rejected": _r("dpo.rewards.rejected"),
+    "rewards/margins": _r("dpo.rewards.margin"),
+    "rewards/accuracies": _r("dpo.rewards.accuracy.ratio"),
+    "logps/chosen": _r("dpo.logps.chosen"),
+    "logps/rejected": _r("dpo.logps.rejected"),
     **{f"timing/{p}": _r("sft.step.timing", step_phase=p) for p in c.SFT_PHASES},
 }
 _RL: dict[str, Route] = {

@@ -112,6 +112,7 @@ def main(path: str) -> int:
                     "loss": round(1.0 / (step + 1), 6),
                     "learning_rate": 1e-4,
                     "memory/host_peak": 1e8 + step,
+                    **(_preference_figures(step - start) if settings.method == "dpo" else {}),
                 },
             )
         )
@@ -180,3 +181,17 @@ def _misbehave(mode: str, reporter: HttpReporter) -> None:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1]))
+
+
+def _preference_figures(trained: int) -> dict[str, float]:
+    """A dpo step's preference figures: 0 at the first step (the policy is the reference),
+    then a margin that grows."""
+    margin = round(0.05 * trained * (trained - 1) / 2 if trained else 0.0, 6)
+    return {
+        "rewards/chosen": margin / 2,
+        "rewards/rejected": -margin / 2,
+        "rewards/margins": margin,
+        "rewards/accuracies": min(1.0, 0.25 * (trained - 1)) if trained > 1 else 0.0,
+        "logps/chosen": -10.0 + margin,
+        "logps/rejected": -10.0 - margin,
+    }

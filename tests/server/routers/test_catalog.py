@@ -14,7 +14,7 @@ def test_base_models_and_the_runs_a_model_admits(api: httpx.Client) -> None:
             "id": "tiny-chat",
             "status": "available",
             "modality": "text",
-            "methods": ["sft", "grpo", "gspo"],
+            "methods": ["sft", "dpo", "grpo", "gspo"],
         },
         {
             "id": "tiny-vision",
@@ -25,14 +25,15 @@ def test_base_models_and_the_runs_a_model_admits(api: httpx.Client) -> None:
     ]
     chat = api.get("/v1/base-models/tiny-chat").json()
     assert (chat["engine"], chat["contextLength"]) == ("trl", 2048)
-    # SFT trains on TRL whatever the reinforcement engine.
+    # SFT and DPO train on TRL whatever the reinforcement engine.
     assert chat["methodsByEngine"] == {
-        "trl": ["sft", "grpo", "gspo"],
-        "verl": ["sft", "grpo", "gspo"],
+        "trl": ["sft", "dpo", "grpo", "gspo"],
+        "verl": ["sft", "dpo", "grpo", "gspo"],
     }
     # Under TRL every method runs at one GPU; verl's envelopes are listed but not admitted here.
     assert [(e["method"], e["engine"], e["gpus"]) for e in chat["admitted"]] == [
         ("sft", "trl", 1),
+        ("dpo", "trl", 1),
         ("grpo", "trl", 1),
         ("gspo", "trl", 1),
     ]
@@ -45,7 +46,7 @@ def test_base_models_and_the_runs_a_model_admits(api: httpx.Client) -> None:
         "hostMemoryGib": 4.0,
     }
     envelopes = api.get("/v1/envelopes").json()
-    assert sum(e["admitted"] for e in envelopes if e["model"] == "tiny-chat") == 3
+    assert sum(e["admitted"] for e in envelopes if e["model"] == "tiny-chat") == 4
     assert sum(not e["admitted"] for e in envelopes if e["model"] == "tiny-chat") == 8
     assert answer(api.get("/v1/base-models/qwen-72b")) == (
         404,

@@ -39,6 +39,8 @@ def test_info_describes_this_deployment(trainer: InProcessTrainer, api: httpx.Cl
         "pools": ["default"],
         "defaultPool": "default",
     }
+    # SFT and DPO train on TRL whatever the reinforcement engine.
+    assert info["engines"] == {"sft": "trl", "dpo": "trl", "grpo": "trl", "gspo": "trl"}
     assert info["storage"] == f"file://{trainer.home.resolve()}/blobs"
     assert info["database"].startswith(
         "sqlite (" if trainer.ctx.db.dialect == "sqlite" else "postgresql (postgresql+psycopg://"

@@ -21,6 +21,7 @@ def info() -> None:
             [
                 ("Version", i.version),
                 ("Engine", i.engine),
+                ("Methods", ", ".join(f"{m} on {e}" for m, e in i.engines.items()) or "-"),
                 ("Backend", i.backend),
                 ("Database", i.database),
                 ("Storage", i.storage),

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         Health,
         MemorySplit,
         Metrics,
+        Preference,
         Progress,
         RunEndLine,
         RunRecord,
@@ -547,7 +548,7 @@ def print_run(r: RunRecord) -> None:
     print()
     section("Results")
     result_rows: list[tuple[str, Any]] = [("Model", r.model_name or results.model or "not yet")]
-    if r.method == "sft":
+    if r.method in ("sft", "dpo"):
         result_rows.append(("Training loss", results.training_loss))
     else:
         result_rows.append(("Reward", results.reward))
@@ -601,10 +602,35 @@ def print_run(r: RunRecord) -> None:
         print()
         section("Health")
         print_health(r.health)
+    if r.preference:
+        print()
+        section("Preference")
+        print_preference(r.preference)
     if r.failure:
         print()
         section("Failure")
         print("  " + r.failure.first_line)
+
+
+def print_preference(p: Preference) -> None:
+    """A dpo run's preference figures at its latest step."""
+
+    def number(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4g}"
+
+    accuracy = p.rewards_accuracies
+    details(
+        [
+            ("Step", p.step),
+            ("Reward chosen", number(p.rewards_chosen)),
+            ("Reward rejected", number(p.rewards_rejected)),
+            ("Margin", number(p.rewards_margins)),
+            ("Pairs ranked right", "-" if accuracy is None else f"{accuracy * 100:.1f}%"),
+            ("Log-prob chosen", number(p.logps_chosen)),
+            ("Log-prob rejected", number(p.logps_rejected)),
+        ],
+        indent="  ",
+    )
 
 
 def print_health(health: Health) -> None:

@@ -26,15 +26,17 @@ from akka_training.core.evaluations import (
     LossMetric,
     MetricValue,
     PassAtKMetric,
+    PreferenceMetric,
     interval,
     pass_at_k,
 )
 from akka_training.engines.bundles import BundleResolver
-from akka_training.engines.data import RlRow, read_rows, rl_rows
+from akka_training.engines.data import RlRow, preference_examples, read_rows, rl_rows
 from akka_training.engines.failures import DataError, SourceUnavailable
 from akka_training.engines.model_cache import local_model
 from akka_training.engines.snapshots import download_adapter
 from akka_training.engines.tasks.context import TaskContext, TaskError
+from akka_training.engines.tasks.preference_eval import pair_samples
 from akka_training.rewards.bundles import unpack_bundle
 from akka_training.rewards.inputs import RewardSetupError, RolloutInput, prompt_text
 from akka_training.rewards.scorer import RewardScorer
@@ -73,6 +75,9 @@ def _evaluate(
     task: TaskContext, params: EvaluateParams, telemetry: EvaluationTelemetry
 ) -> dict[str, Any]:
     torch.manual_seed(params.seed)
+    preference = [m for m in params.metrics if isinstance(m, PreferenceMetric)]
+    if preference:
+        return _evaluate_pairs(task, params, preference[0], telemetry)
     terms: list[TermSpec] = [m for m in params.metrics if m.kind in REWARD_KINDS]  # type: ignore[misc]
     try:
         rows = rl_rows(read_rows(task.store, params.dataset))
@@ -122,6 +127,36 @@ def _evaluate(
         task.store.put_bytes(params.samples, body)
     return EvaluationResult(
         metrics=values, samples=params.samples, sample_count=len(samples), prompts=len(rows)
+    ).to_json()
+
+
+def _evaluate_pairs(
+    task: TaskContext,
+    params: EvaluateParams,
+    metric: PreferenceMetric,
+    telemetry: EvaluationTelemetry,
+) -> dict[str, Any]:
+    """A preference evaluation: no generation, each pair scored by its log-probabilities
+    (`preference_eval`)."""
+    try:
+        examples = preference_examples(read_rows(task.store, params.dataset))
+    except DataError as exc:
+        raise TaskError(f"the evaluation's dataset cannot be read: {exc}") from exc
+    with telemetry.phase("load"):
+        task.progress(f"loading the base model {params.base_model.id}")
+        tokenizer, model = _load(task, params)
+    with telemetry.phase("score"):
+        task.progress("scoring pairs", 0, len(examples))
+        samples = pair_samples(tokenizer, model, examples, metric.name)
+        telemetry.scored(len(samples))
+        task.progress("scoring pairs", len(examples), len(examples))
+    values = [_metric(metric, samples, [], 1)]
+    telemetry.results((v.name, v.mean, v.low, v.high) for v in values)
+    with telemetry.phase("save"):
+        body = "".join(json.dumps(s, sort_keys=True) + "\n" for s in samples).encode()
+        task.store.put_bytes(params.samples, body)
+    return EvaluationResult(
+        metrics=values, samples=params.samples, sample_count=len(samples), prompts=len(samples)
     ).to_json()
 
 

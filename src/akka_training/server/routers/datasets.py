@@ -57,7 +57,7 @@ _REGISTER_ERRORS = errors(
         **_REGISTER_ERRORS,
     },
     openapi_extra=raw_body(
-        NDJSON, "The dataset's JSON Lines, one chat or prompt-completion row a line."
+        NDJSON, "The dataset's JSON Lines, one chat, prompt-completion or preference row a line."
     ),
 )
 async def register(

@@ -328,6 +328,25 @@ def _dataset(
         problems.append(Problem("dataset", f"dataset: {exc.message}"))
         return "", ""
     ref = f"{version.project}/{version.name}:v{version.version}"
+    pairs = version.format == "preference"
+    scores_pairs = any(m.kind == "preference" for m in plan.metrics)
+    if scores_pairs and not pairs:
+        problems.append(
+            Problem(
+                "dataset",
+                f"Dataset {ref} is a {version.format} dataset, and a preference metric scores "
+                "pairs of a chosen and a rejected answer; evaluate it on a preference dataset.",
+            )
+        )
+    elif pairs and not scores_pairs:
+        problems.append(
+            Problem(
+                "dataset",
+                f"Dataset {ref} is a preference dataset, whose pairs only a preference metric "
+                "scores; add {kind: preference} to metrics, or evaluate on a chat or "
+                "prompt-completion dataset.",
+            )
+        )
     if version.has_images and pin is not None:
         if pin.modality == "text":
             problems.append(

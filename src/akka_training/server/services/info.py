@@ -9,7 +9,9 @@ from sqlalchemy.orm import Session
 from akka_training import __version__
 from akka_training.api.system import Health, Info
 from akka_training.config.settings import Settings
+from akka_training.core.catalog import engine_for
 from akka_training.core.errors import ServiceUnavailable
+from akka_training.core.plans import METHODS
 from akka_training.deployment.context import AppContext
 
 
@@ -42,6 +44,7 @@ def info(ctx: AppContext) -> Info:
     return Info(
         version=__version__,
         engine=ctx.engine,
+        engines={method: engine_for(method, ctx.engine) for method in METHODS},
         backend=ctx.backend.name,
         database=database,
         storage=ctx.blobs.url,

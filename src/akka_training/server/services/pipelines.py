@@ -135,11 +135,23 @@ def check_stages(
         from_stage = checked.dataset_from_stage
         if from_stage is not None:
             producer = next(s for s in plan.stages if s.name == from_stage)
-            if isinstance(producer, TrainStage) and producer.config.method not in RL_METHODS:
+            if stage.config.method == "dpo":
                 problems.append(
                     Problem(
                         f"stages[{i}].config.dataset",
-                        f"stage {stage.name}: config.dataset @{from_stage} names an sft stage; only "
+                        f"stage {stage.name}: config.dataset @{from_stage} is a stage's output, "
+                        "chat rows of the best completions; a dpo stage trains on preference "
+                        "pairs. Use a registered preference dataset.",
+                    )
+                )
+            elif isinstance(producer, TrainStage) and producer.config.method not in RL_METHODS:
+                method = producer.config.method
+                named = f"an {method}" if method == "sft" else f"a {method}"
+                problems.append(
+                    Problem(
+                        f"stages[{i}].config.dataset",
+                        f"stage {stage.name}: config.dataset @{from_stage} names {named} "
+                        "stage; only "
                         "grpo and gspo stages produce a dataset (the best completion of each "
                         "prompt they scored). Use a registered dataset or a reinforcement stage.",
                     )

@@ -1,5 +1,5 @@
-"""A run as `runs get` shows it: State, Results, Data fit, Memory, Cost, Health, Failure, Queue,
-Settings."""
+"""A run as `runs get` shows it: State, Results, Data fit, Memory, Cost, Health, Preference,
+Failure, Queue, Settings."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from akka_training.api.runs import (
     HealthMonitor,
     MemorySplit,
     MonitorPause,
+    Preference,
     Progress,
     Queue,
     Results,
@@ -92,6 +93,7 @@ def run_record(session: Session, ctx: AppContext, run: Run, existing: bool = Fal
             Stalled(since=run.stalled_since, dump=run.stall_dump) if run.stalled_since else None
         ),
         health=_health(run),
+        preference=_preference(run),
         settings=run.settings,
         existing=existing,
     )
@@ -133,6 +135,23 @@ def _health(run: Run) -> Health | None:
             if pause is not None
             else None
         ),
+    )
+
+
+def _preference(run: Run) -> Preference | None:
+    """The latest step's preference figures (dpo runs)."""
+    latest = run.summary.preference
+    if latest is None:
+        return None
+    f = latest.figures
+    return Preference(
+        step=latest.step,
+        rewards_chosen=f.get("rewards/chosen"),
+        rewards_rejected=f.get("rewards/rejected"),
+        rewards_margins=f.get("rewards/margins"),
+        rewards_accuracies=f.get("rewards/accuracies"),
+        logps_chosen=f.get("logps/chosen"),
+        logps_rejected=f.get("logps/rejected"),
     )
 
 

@@ -42,7 +42,7 @@ from akka_training.core.errors import (
 from akka_training.core.figures import Figures, json_safe
 from akka_training.core.parsing import parse_plan
 from akka_training.core.phases import TERMINAL, Phase, RuleName
-from akka_training.core.plans import RL_METHODS, RunPlan
+from akka_training.core.plans import LOSS_METHODS, RL_METHODS, RunPlan
 from akka_training.core.states import AttemptState, Request
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
@@ -416,7 +416,7 @@ def _progress_line(session: Session, run: Run) -> RunProgressLine:
         return line
     figures = [Figures.of(r.metrics) for r in rows]
     latest = figures[0]
-    if run.method == "sft":
+    if run.method in LOSS_METHODS:
         line.loss = latest.loss
     else:
         line.reward = latest.reward_mean
