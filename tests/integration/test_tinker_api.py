@@ -37,6 +37,8 @@ def trainer(tmp_path_factory: pytest.TempPathFactory, dev_models: Path) -> Itera
             "trainer": {
                 "dev-models-dir": str(dev_models),
                 "controller": {"interval-seconds": 0.2, "report-seconds": 0.2},
+                # Two training clients at once: two devices.
+                "pools": [{"name": "default", "accelerator": "cpu", "devices": 2}],
             }
         },
     ).start()
@@ -72,6 +74,16 @@ def datums(dev_models: Path) -> list[types.Datum]:
     return out
 
 
+def two_steps(training: tinker.TrainingClient, data: list[types.Datum]) -> list[float]:
+    losses = []
+    for _ in range(2):
+        fwd = training.forward_backward(data, "cross_entropy")
+        opt = training.optim_step(types.AdamParams(learning_rate=2e-2, weight_decay=0.01))
+        losses.append(fwd.result().metrics["loss:sum"])
+        opt.result()
+    return losses
+
+
 def test_a_supervised_loop_is_an_interactive_run(trainer: TrainerProcess, dev_models: Path) -> None:
     api_key = key(trainer, "demo")
     service = tinker.ServiceClient(base_url=f"{trainer.url}/tinker", api_key=api_key)
@@ -93,9 +105,6 @@ def test_a_supervised_loop_is_an_interactive_run(trainer: TrainerProcess, dev_mo
     logprobs = training.forward(data, "cross_entropy").result()
     assert len(logprobs.loss_fn_outputs) == len(data)
 
-    saved = training.save_state("after-six").result()
-    assert saved.path == f"tinker://{run_id}/weights/after-six"
-
     listed = {r["id"]: r for r in trainer.cli_json("training", "runs", "list", "--project", "demo")}
     assert listed[run_id]["method"] == "tinker"
     client = trainer.client()
@@ -106,8 +115,37 @@ def test_a_supervised_loop_is_an_interactive_run(trainer: TrainerProcess, dev_mo
         assert reported.model_extra is not None
         assert reported.model_extra["loss"] == pytest.approx(returned["loss"])
         assert reported.model_extra["learning_rate"] == pytest.approx(2e-2)
-    snapshots = {s.name for s in client.snapshots(run_id)}
-    assert "after-six" in snapshots
+
+    # A snapshot, two more steps; back to the snapshot with its optimizer, the same two steps.
+    saved = training.save_state("after-six").result()
+    assert saved.path == f"tinker://{run_id}/weights/after-six"
+    until(
+        lambda: "after-six" in {s.name for s in client.snapshots(run_id)},
+        what="the snapshot to be listed",
+    )
+    first = two_steps(training, data)
+    resumed = service.create_training_client_from_state_with_optimizer(saved.path).result()
+    assert two_steps(resumed, data) == first
+
+    # Reinforcement losses at the sampler's own log-probabilities: every ratio is one.
+    forward = training.forward(data, "cross_entropy").result()
+    scored = [
+        types.Datum(
+            model_input=d.model_input,
+            loss_fn_inputs={
+                "target_tokens": d.loss_fn_inputs["target_tokens"],
+                "logprobs": out["logprobs"],
+                "advantages": types.TensorData.from_numpy(
+                    np.ones(len(out["logprobs"].tolist()), dtype=np.float32)
+                ),
+            },
+        )
+        for d, out in zip(data, forward.loss_fn_outputs, strict=True)
+    ]
+    targets = sum(len(out["logprobs"].tolist()) for out in forward.loss_fn_outputs)
+    for loss in ("importance_sampling", "ppo"):
+        result = training.forward_backward(scored, loss).result()
+        assert result.metrics["loss:sum"] == pytest.approx(-targets, rel=1e-4)
 
     other = httpx.post(
         f"{trainer.url}/tinker/api/v1/optim_step",

@@ -32,6 +32,14 @@ class InteractiveLora(PlanModel):
     train_unembed: bool = True
 
 
+class InteractiveSource(PlanModel):
+    """Saved weights a training client starts from (`create_training_client_from_state`):
+    ``tinker://RUN/weights/NAME``, with the optimizer's state or without."""
+
+    path: str
+    optimizer: bool = False
+
+
 class InteractiveSettings(PlanModel):
     project: str
     method: Literal["tinker"] = "tinker"
@@ -40,6 +48,7 @@ class InteractiveSettings(PlanModel):
     lora: InteractiveLora
     # The Tinker session the run belongs to.
     session: str
+    source: InteractiveSource | None = None
     execution: Execution = Field(default_factory=Execution)
 
 

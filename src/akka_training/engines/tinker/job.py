@@ -84,6 +84,9 @@ def serve(spec: InteractiveJobSpec, reporter: HttpReporter) -> int:
         store.check()
         path = local_model(spec.settings.base_model.path, spec.storage_s3)
         session.model = LoraModel(path, spec.settings.lora)
+        source = spec.settings.source
+        if source is not None:
+            session.load(source.path, source.optimizer)
         api = JobApi(session.queue, secrets.token_urlsafe(24)).start()
         try:
             placement = detect_placement()

@@ -93,15 +93,17 @@ async def create_model(
 
 
 @router.post("/get_info")
-async def get_info(request: Request, db: Db, key: Key) -> dict[str, Any]:
+async def get_info(request: Request, db: Db, held: HeldSessions, key: Key) -> dict[str, Any]:
     body = await request.json()
-    return await run_in_threadpool(service.get_info, db, key, str(body.get("model_id", "")))
+    model_id = str(body.get("model_id", ""))
+    return await run_in_threadpool(service.get_info, db, held, key, model_id)
 
 
 async def _submit(kind: str, request: Request, ctx: Ctx, key: Principal) -> Response:
     body = await request.body()
     content_type = request.headers.get("content-type", "")
-    answer = await run_in_threadpool(service.submit, ctx, key, kind, body, content_type)
+    held = sessions(request)
+    answer = await run_in_threadpool(service.submit, ctx, held, key, kind, body, content_type)
     return _answer(answer)
 
 

@@ -33,6 +33,7 @@ from akka_training.core.interactive import (
     INTERACTIVE_METHOD,
     InteractiveLora,
     InteractiveSettings,
+    InteractiveSource,
 )
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.plans import Execution
@@ -42,7 +43,7 @@ from akka_training.server.job_routing import job_address, live_address, route
 from akka_training.server.services.plans import model_pin
 from akka_training.server.services.runs import cancel
 from akka_training.storage.ids import new_id
-from akka_training.storage.models import Run
+from akka_training.storage.models import Run, Snapshot
 from akka_training.storage.transitions import event, open_claim
 
 KEY_PREFIX = "tml-"
@@ -121,6 +122,9 @@ class TinkerSession:
     created_at: datetime
     beat_at: datetime
     runs: list[str] = field(default_factory=list)
+    # The runs of the training clients created from saved weights, by the model id the SDK
+    # gives them itself (``SESSION:train:SEQ``).
+    models: dict[str, str] = field(default_factory=dict)
     finished: bool = False
 
 
@@ -137,6 +141,15 @@ class Sessions:
         with self._lock:
             self._by_id[made.id] = made
         return made
+
+    def run_of(self, model_id: str) -> str:
+        """The run of a model id: the run id itself, or a session's ``SESSION:train:SEQ``."""
+        session_id, marker, _ = model_id.partition(":train:")
+        if not marker:
+            return model_id
+        with self._lock:
+            found = self._by_id.get(session_id)
+        return (found.models.get(model_id) if found is not None else None) or model_id
 
     def get(self, principal: Principal, session_id: str) -> TinkerSession:
         with self._lock:
@@ -214,14 +227,61 @@ def create_model(
         raise InvalidRequest(
             "Only LoRA training clients are supported: use create_lora_training_client."
         )
+    _adam_only(body)
+    run = _create_run(db, ctx, found, model, InteractiveLora.model_validate(lora), None, body)
+    return {"request_id": f"{run.id}:0", "model_id": run.id}
+
+
+def _adam_only(body: dict[str, Any]) -> None:
     optimizer = (body.get("optimizer_config") or {}).get("type", "adamw")
     if optimizer != "adamw":
         raise InvalidRequest(f"The optimizer {optimizer!r} is not supported here; use Adam.")
+
+
+def create_from_state(
+    db: Session, ctx: AppContext, sessions: Sessions, principal: Principal, body: dict[str, Any]
+) -> dict[str, Any]:
+    """A training client that starts from saved weights (`create_training_client_from_state`
+    and its ``_with_optimizer`` twin): a new run, of the saved run's base model and adapter,
+    whose job loads the weights before its first request."""
+    found = sessions.get(principal, str(body.get("session_id", "")))
+    if found.finished:
+        raise Conflict(f"Session {found.id} has finished; create a new ServiceClient.")
+    principal.require(found.project)
+    path = str(body.get("path", ""))
+    source_run = _check_readable(db, principal, path)
+    source = InteractiveSettings.model_validate(source_run.settings)
+    if not body.get("optimizer"):
+        _adam_only(body)
+    run = _create_run(
+        db,
+        ctx,
+        found,
+        _catalog_model(ctx, source.base_model.id),
+        source.lora,
+        InteractiveSource(path=path, optimizer=bool(body.get("optimizer"))),
+        body,
+    )
+    model_id = f"{found.id}:train:{int(body.get('model_seq_id') or 0)}"
+    found.models[model_id] = run.id
+    return {"request_id": f"{run.id}:0", "model_id": model_id}
+
+
+def _create_run(
+    db: Session,
+    ctx: AppContext,
+    found: TinkerSession,
+    model: CatalogModel,
+    lora: InteractiveLora,
+    source: InteractiveSource | None,
+    body: dict[str, Any],
+) -> Run:
     settings = InteractiveSettings(
         project=found.project,
         base_model=model_pin(model),
-        lora=InteractiveLora.model_validate(lora),
+        lora=lora,
         session=found.id,
+        source=source,
         execution=Execution(pool=ctx.default_pool, gpus=1),
     )
     now = datetime.now(UTC)
@@ -234,8 +294,11 @@ def create_model(
         dataset="",
         pool=ctx.default_pool,
         gpus=1,
-        plan={"kind": "tinker", "session": found.id, "createModel": body},
+        plan={"kind": "tinker", "session": found.id, "request": body},
         settings=settings.to_json(),
+        source_run=WEIGHTS_PATH.match(source.path).group(1) if source else None,  # type: ignore[union-attr]
+        source_snapshot=WEIGHTS_PATH.match(source.path).group(2) if source else None,  # type: ignore[union-attr]
+        source_kind=("continue" if source.optimizer else "branch") if source else None,
         phase=Phase.QUEUED.value,
         phase_since=now,
         phase_seconds={},
@@ -252,7 +315,7 @@ def create_model(
     )
     found.runs.append(run.id)
     db.commit()
-    return {"request_id": f"{run.id}:0", "model_id": run.id}
+    return run
 
 
 def _run(db: Session, principal: Principal, run_id: str) -> Run:
@@ -266,12 +329,14 @@ def _run(db: Session, principal: Principal, run_id: str) -> Run:
     return run
 
 
-def get_info(db: Session, principal: Principal, model_id: str) -> dict[str, Any]:
-    run = _run(db, principal, model_id)
+def get_info(
+    db: Session, sessions: Sessions, principal: Principal, model_id: str
+) -> dict[str, Any]:
+    run = _run(db, principal, sessions.run_of(model_id))
     settings = InteractiveSettings.model_validate(run.settings)
     return {
         "type": "get_info",
-        "model_id": run.id,
+        "model_id": model_id,
         "model_data": {
             "arch": settings.base_model.id,
             "model_name": settings.base_model.id,
@@ -326,7 +391,12 @@ def _proto_model_and_seq(body: bytes) -> tuple[str, int]:
 
 
 def submit(
-    ctx: AppContext, principal: Principal, kind: str, body: bytes, content_type: str
+    ctx: AppContext,
+    sessions: Sessions,
+    principal: Principal,
+    kind: str,
+    body: bytes,
+    content_type: str,
 ) -> Answer:
     """Queue work on a run's job: its answer is the future's request id."""
     headers: dict[str, str] = {}
@@ -339,14 +409,12 @@ def submit(
         fields = json.loads(body or b"{}")
         model_id = str(fields.get("model_id") or "")
         if kind == "load_weights" and not model_id:
-            raise InvalidRequest(
-                "Creating a training client from saved weights is not supported yet: create a "
-                "LoRA training client, then load_state() or load_state_with_optimizer()."
-            )
+            with ctx.db.session() as db:
+                return Answer.of(create_from_state(db, ctx, sessions, principal, fields))
         if kind == "save_weights_for_sampler":
             raise InvalidRequest("Sampling is not supported by this trainer yet.")
     with ctx.db.session() as db:
-        run = _run(db, principal, model_id)
+        run = _run(db, principal, sessions.run_of(model_id))
         if kind == "load_weights":
             _check_readable(db, principal, str(json.loads(body).get("path", "")))
         address = live_address(db, run)
@@ -357,13 +425,16 @@ def submit(
     return Answer.of({"request_id": request_id, "model_id": model_id})
 
 
-def _check_readable(db: Session, principal: Principal, path: str) -> None:
+def _check_readable(db: Session, principal: Principal, path: str) -> Run:
     found = WEIGHTS_PATH.match(path)
     if found is None:
         raise InvalidRequest(
             f"{path!r} is not a path of saved weights (tinker://RUN/weights/NAME)."
         )
-    _run(db, principal, found.group(1))
+    run = _run(db, principal, found.group(1))
+    if db.get(Snapshot, (run.id, found.group(2))) is None:
+        raise NotFound(f"Run {run.id} has no saved weights {found.group(2)!r}.")
+    return run
 
 
 def retrieve(ctx: AppContext, principal: Principal, body: dict[str, Any]) -> Answer:
@@ -405,6 +476,9 @@ def _creation(db: Session, run: Run, request_id: str) -> Answer:
     if phase in TERMINAL:
         return _ended(run)
     if phase == Phase.TRAINING and job_address(db, run) is not None:
+        source = InteractiveSettings.model_validate(run.settings).source
+        if source is not None:
+            return Answer.of({"type": "load_weights", "path": source.path})
         return Answer.of({"type": "create_model", "model_id": run.id})
     state = "paused_capacity" if phase == Phase.QUEUED else "active"
     return Answer.of({"type": "try_again", "request_id": request_id, "queue_state": state})
