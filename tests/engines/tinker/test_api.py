@@ -15,7 +15,12 @@ from akka_training.testing.waiting import until
 
 def test_requests_run_in_seq_order_and_futures_answer_when_done() -> None:
     ran: list[int] = []
-    queue = RequestQueue("run1", lambda w: ran.append(w.seq_id) or Result(JSON, b'{"ok": 1}'))
+
+    def runner(work: Work) -> Result:
+        ran.append(work.seq_id)
+        return Result(JSON, b'{"ok": 1}')
+
+    queue = RequestQueue("run1", runner)
     api = JobApi(queue, "secret").start()
     try:
         with httpx.Client(base_url=api.url, headers={"X-Job-Key": "secret"}) as client:
