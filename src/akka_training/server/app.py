@@ -83,6 +83,7 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
         try:
             yield
         finally:
+            tinker.stop_expiry(app)
             controller.stop()
             telemetry.shutdown()
             context.backend.close()

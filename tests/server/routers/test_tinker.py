@@ -4,10 +4,17 @@ tests/integration/test_tinker_api.py."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
+
+from akka_training.core.clock import ManualClock
+from akka_training.server.services import tinker as service
+from akka_training.storage.models import Event
+from akka_training.testing.app import InProcessTrainer
 
 BASE = "/tinker/api/v1"
 
@@ -148,3 +155,41 @@ def test_a_training_client_is_a_queued_run_of_the_project(
     assert call(api, key, "/session_heartbeat", {"session_id": session_id}).status_code == 410
     ended = call(api, key, "/retrieve_future", {"request_id": f"{run_id}:0"}).json()
     assert ended["error"] == f"Run {run_id} has ended (cancelled)."
+
+
+def test_a_session_without_heartbeats_gives_its_devices_back(
+    trainer: InProcessTrainer, api: httpx.Client, keys: dict[str, str]
+) -> None:
+    clock = ManualClock(wall=datetime(2026, 1, 1, tzinfo=UTC))
+    trainer.ctx.clock = clock
+    key = keys["maths"]
+    session_id = session(api, key)
+    created = call(
+        api,
+        key,
+        "/create_model",
+        {
+            "session_id": session_id,
+            "model_seq_id": 0,
+            "base_model": "tiny-chat",
+            "lora_config": {"rank": 8},
+        },
+    )
+    run_id = created.json()["model_id"]
+    held: service.Sessions = trainer.app.state.tinker_sessions
+
+    clock.advance(30)
+    assert call(api, key, "/session_heartbeat", {"session_id": session_id}).status_code == 200
+    clock.advance(59)  # within trainer.tinker.heartbeat-seconds (60) of the last heartbeat
+    assert service.expire(trainer.ctx, held) == []
+    clock.advance(2)
+    assert service.expire(trainer.ctx, held) == [session_id]
+
+    run = api.get(f"/v1/runs/{run_id}").json()
+    assert run["phase"] == "CANCELLED"
+    with trainer.ctx.db.session() as db:
+        events = list(db.scalars(select(Event.message).where(Event.run_id == run_id)))
+    assert any(
+        f"Tinker session {session_id} sent no heartbeat for 60 s" in message for message in events
+    )
+    assert call(api, key, "/session_heartbeat", {"session_id": session_id}).status_code == 410

@@ -20,16 +20,26 @@ _sessions_lock = threading.Lock()
 
 
 def sessions(request: Request) -> service.Sessions:
+    """The app's sessions, made with the first Tinker request (and the thread that ends those
+    whose heartbeat stops)."""
     with _sessions_lock:
         held: service.Sessions | None = getattr(request.app.state, "tinker_sessions", None)
         if held is None:
             held = request.app.state.tinker_sessions = service.Sessions()
+            request.app.state.tinker_expiry = service.Expiry(request.app.state.ctx, held)
         return held
 
 
 def key_holder(request: Request, ctx: Ctx) -> Principal:
     with ctx.db.session() as session:
         return service.principal_of(session, request.headers.get("x-api-key", "").strip())
+
+
+def stop_expiry(app: Any) -> None:
+    """Stop the thread that ends expired sessions, if the app made one."""
+    expiry: service.Expiry | None = getattr(app.state, "tinker_expiry", None)
+    if expiry is not None:
+        expiry.stop()
 
 
 Key = Annotated[Principal, Depends(key_holder)]
@@ -67,15 +77,17 @@ def telemetry(_key: Key) -> dict[str, str]:
 
 
 @router.post("/create_session")
-async def create_session(request: Request, db: Db, held: HeldSessions, key: Key) -> dict[str, Any]:
+async def create_session(
+    request: Request, db: Db, ctx: Ctx, held: HeldSessions, key: Key
+) -> dict[str, Any]:
     body = await request.json()
-    return await run_in_threadpool(service.create_session, db, held, key, body)
+    return await run_in_threadpool(service.create_session, db, ctx, held, key, body)
 
 
 @router.post("/session_heartbeat")
-async def session_heartbeat(request: Request, held: HeldSessions, key: Key) -> Response:
+async def session_heartbeat(request: Request, ctx: Ctx, held: HeldSessions, key: Key) -> Response:
     body = await request.json()
-    return _answer(service.heartbeat(held, key, str(body.get("session_id", ""))))
+    return _answer(service.heartbeat(ctx, held, key, str(body.get("session_id", ""))))
 
 
 @router.post("/sessions/{session_id}/finish")

@@ -18,16 +18,24 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from akka_training.core.catalog import CatalogModel
-from akka_training.core.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthorized
+from akka_training.core.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    ServiceUnavailable,
+    Unauthorized,
+)
 from akka_training.core.interactive import (
     INTERACTIVE_ENGINE,
     INTERACTIVE_METHOD,
@@ -45,6 +53,8 @@ from akka_training.server.services.runs import cancel
 from akka_training.storage.ids import new_id
 from akka_training.storage.models import Run, Snapshot
 from akka_training.storage.transitions import event, open_claim
+
+log = logging.getLogger(__name__)
 
 KEY_PREFIX = "tml-"
 PROTOBUF = "application/x-protobuf"
@@ -135,12 +145,20 @@ class Sessions:
         self._lock = threading.Lock()
         self._by_id: dict[str, TinkerSession] = {}
 
-    def add(self, project: str) -> TinkerSession:
-        now = datetime.now(UTC)
+    def add(self, project: str, now: datetime) -> TinkerSession:
         made = TinkerSession(new_id("s"), project, now, now)
         with self._lock:
             self._by_id[made.id] = made
         return made
+
+    def expired(self, now: datetime, timeout: timedelta) -> list[TinkerSession]:
+        """The sessions not finished whose latest heartbeat is older than `timeout`; each is
+        marked finished here, so that it is given back once."""
+        with self._lock:
+            gone = [s for s in self._by_id.values() if not s.finished and now - s.beat_at > timeout]
+            for found in gone:
+                found.finished = True
+        return gone
 
     def run_of(self, model_id: str) -> str:
         """The run of a model id: the run id itself, or a session's ``SESSION:train:SEQ``."""
@@ -163,7 +181,7 @@ class Sessions:
 
 
 def create_session(
-    db: Session, sessions: Sessions, principal: Principal, body: dict[str, Any]
+    db: Session, ctx: AppContext, sessions: Sessions, principal: Principal, body: dict[str, Any]
 ) -> dict[str, Any]:
     project = body.get("project_id") or None
     if project is None:
@@ -174,15 +192,15 @@ def create_session(
             )
         project = principal.projects[0]
     principal.require(str(project))
-    made = sessions.add(str(project))
+    made = sessions.add(str(project), ctx.clock.now())
     return {"type": "create_session", "session_id": made.id}
 
 
-def heartbeat(sessions: Sessions, principal: Principal, session_id: str) -> Answer:
+def heartbeat(ctx: AppContext, sessions: Sessions, principal: Principal, session_id: str) -> Answer:
     found = sessions.get(principal, session_id)
     if found.finished:
         return Answer.of({"detail": f"Session {session_id} has finished."}, status=410)
-    found.beat_at = datetime.now(UTC)
+    found.beat_at = ctx.clock.now()
     return Answer.of({"type": "session_heartbeat"})
 
 
@@ -191,6 +209,31 @@ def finish(ctx: AppContext, sessions: Sessions, principal: Principal, session_id
     still waiting for its devices is cancelled."""
     found = sessions.get(principal, session_id)
     found.finished = True
+    _end_runs(ctx, found, principal)
+
+
+def expire(ctx: AppContext, sessions: Sessions) -> list[str]:
+    """End the sessions whose client stopped its heartbeat (`trainer.tinker.heartbeat-seconds`)
+    as `finish` would; their ids."""
+    timeout = timedelta(seconds=ctx.settings.trainer.tinker.heartbeat_seconds)
+    gone = sessions.expired(ctx.clock.now(), timeout)
+    for found in gone:
+        for run_id in found.runs:
+            with ctx.db.session() as db:
+                event(
+                    db,
+                    run_id,
+                    "session",
+                    f"Tinker session {found.id} sent no heartbeat for {timeout.seconds} s; "
+                    "its run ends and gives its devices back",
+                )
+                db.commit()
+        owner = Principal("tinker-session", found.id, "project", (found.project,))
+        _end_runs(ctx, found, owner)
+    return [found.id for found in gone]
+
+
+def _end_runs(ctx: AppContext, found: TinkerSession, principal: Principal) -> None:
     for run_id in found.runs:
         with ctx.db.session() as db:
             run = db.get(Run, run_id)
@@ -200,7 +243,34 @@ def finish(ctx: AppContext, sessions: Sessions, principal: Principal, session_id
             if address is None:
                 cancel(db, ctx, principal, run_id)
                 continue
-        route(address, "shutdown", b"{}", JSON)
+        try:
+            route(address, "shutdown", b"{}", JSON)
+        except ServiceUnavailable:
+            # The job is gone already: the controller ends its run when it sees that.
+            continue
+
+
+class Expiry:
+    """Ends expired sessions every few seconds, on a thread of its own, while the service
+    runs."""
+
+    def __init__(self, ctx: AppContext, sessions: Sessions) -> None:
+        self._ctx = ctx
+        self._sessions = sessions
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tinker-expiry", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        interval = min(5.0, self._ctx.settings.trainer.tinker.heartbeat_seconds / 4)
+        while not self._stop.wait(interval):
+            try:
+                expire(self._ctx, self._sessions)
+            except Exception:  # the next pass tries again
+                log.exception("ending expired Tinker sessions failed")
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 # --- training clients -----------------------------------------------------------------------------
