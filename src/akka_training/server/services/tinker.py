@@ -355,6 +355,7 @@ def _create_run(
         execution=Execution(pool=ctx.default_pool, gpus=1),
     )
     now = datetime.now(UTC)
+    saved = WEIGHTS_PATH.match(source.path) if source else None
     run = Run(
         id=new_id(),
         project=found.project,
@@ -366,8 +367,8 @@ def _create_run(
         gpus=1,
         plan={"kind": "tinker", "session": found.id, "request": body},
         settings=settings.to_json(),
-        source_run=WEIGHTS_PATH.match(source.path).group(1) if source else None,  # type: ignore[union-attr]
-        source_snapshot=WEIGHTS_PATH.match(source.path).group(2) if source else None,  # type: ignore[union-attr]
+        source_run=saved.group(1) if saved else None,
+        source_snapshot=saved.group(2) if saved else None,
         source_kind=("continue" if source.optimizer else "branch") if source else None,
         phase=Phase.QUEUED.value,
         phase_since=now,
