@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 import pytest
 import tinker
+import torch
 from tinker import types
 from transformers import AutoTokenizer
 
@@ -146,6 +147,15 @@ def test_a_supervised_loop_is_an_interactive_run(trainer: TrainerProcess, dev_mo
     for loss in ("importance_sampling", "ppo"):
         result = training.forward_backward(scored, loss).result()
         assert result.metrics["loss:sum"] == pytest.approx(-targets, rel=1e-4)
+
+    # A custom loss runs in the client, from forward's log-probabilities: here cross entropy.
+    def negative_logprobs(
+        _: list[types.Datum], logprobs: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        return -torch.stack([lp.sum() for lp in logprobs]).sum(), {}
+
+    custom = training.forward_backward_custom(data, negative_logprobs).result()
+    assert custom.metrics["loss:sum"] == pytest.approx(forward.metrics["loss:sum"], rel=1e-4)
 
     other = httpx.post(
         f"{trainer.url}/tinker/api/v1/optim_step",
