@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import tinker
 import torch
+from peft import LoraConfig, PeftModel
 from tinker import types
-from transformers import AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from akka_training.testing.service import TrainerProcess
 from akka_training.testing.waiting import until
@@ -85,7 +86,9 @@ def two_steps(training: tinker.TrainingClient, data: list[types.Datum]) -> list[
     return losses
 
 
-def test_a_supervised_loop_is_an_interactive_run(trainer: TrainerProcess, dev_models: Path) -> None:
+def test_a_supervised_loop_is_an_interactive_run(
+    trainer: TrainerProcess, dev_models: Path, tmp_path: Path
+) -> None:
     api_key = key(trainer, "demo")
     service = tinker.ServiceClient(base_url=f"{trainer.url}/tinker", api_key=api_key)
     rest = tinker.RestClient(base_url=f"{trainer.url}/tinker", api_key=api_key)
@@ -171,6 +174,13 @@ def test_a_supervised_loop_is_an_interactive_run(trainer: TrainerProcess, dev_mo
         what="the run to complete",
         timeout=120,
     )
+    # Its final adapter leaves the trainer in the Hugging Face layout, and PEFT loads it.
+    dest = tmp_path / "adapter"
+    trainer.cli_json("training", "runs", "download", run_id, "-d", str(dest))
+    base = AutoModelForCausalLM.from_pretrained(str(dev_models / "tiny-chat"))
+    loaded = PeftModel.from_pretrained(base, str(dest))
+    config = loaded.peft_config["default"]
+    assert isinstance(config, LoraConfig) and config.r == 8
 
 
 def test_a_key_without_the_tml_prefix_is_refused(trainer: TrainerProcess) -> None:

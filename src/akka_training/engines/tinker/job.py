@@ -45,6 +45,7 @@ from akka_training.engines.snapshots import upload_adapter
 from akka_training.engines.tinker.api import JSON, PROTOBUF, JobApi, RequestQueue, Result, Work
 from akka_training.engines.tinker.model import AdamParams, LoraModel, discard, scratch
 from akka_training.engines.tinker.wire import read_forward_backward, write_output
+from akka_training.engines.tokenizer_files import store_tokenizer
 from akka_training.telemetry.placement import detect_placement
 
 log = logging.getLogger("akka_training.tinker")
@@ -82,7 +83,11 @@ def serve(spec: InteractiveJobSpec, reporter: HttpReporter) -> int:
     session = Session(spec, reporter, store)
     try:
         store.check()
-        path = local_model(spec.settings.base_model.path, spec.storage_s3)
+        base = spec.settings.base_model.model_copy()
+        base.path = local_model(base.path, spec.storage_s3)
+        # Kept beside the run's adapters, which leave the trainer with it (`runs download`).
+        store_tokenizer(store, spec.run_id, base)
+        path = base.path
         session.model = LoraModel(path, spec.settings.lora)
         source = spec.settings.source
         if source is not None:

@@ -61,7 +61,11 @@ class LoraModel:
         base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         self.modules = target_modules(base, lora)
         config = LoraConfig(
-            r=lora.rank, lora_alpha=32, lora_dropout=0.0, target_modules=self.modules
+            r=lora.rank,
+            lora_alpha=32,
+            lora_dropout=0.0,
+            target_modules=self.modules,
+            task_type="CAUSAL_LM",
         )
         self.model: PeftModel = get_peft_model(base, config).to(self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
