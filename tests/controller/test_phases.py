@@ -158,6 +158,16 @@ def test_a_job_that_keeps_dying_fails_with_the_true_cause_after_its_retries() ->
     assert "the kernel recorded no out-of-memory kill" in d.detail
 
 
+def test_a_killed_job_of_an_interactive_run_fails_the_run_with_its_reason() -> None:
+    probe = Probe(status=JobStatus("exited", signal=9), log_tail="serving\n")
+    d = training.process(view("TRAINING", interactive=True), probe, NOW, LIMITS)
+    assert d.rule == "fail" and d.reason == FailureReason.JOB_KILLED and d.release_claim
+    assert d.detail is not None
+    assert d.detail.endswith(
+        "An interactive run's job is not started again; create a new training client."
+    )
+
+
 def test_sigkill_is_host_oom_only_when_the_kernel_says_so() -> None:
     probe = Probe(status=JobStatus("exited", signal=9, oom_killed=True))
     d = training.process(view("TRAINING"), probe, NOW, LIMITS)

@@ -50,6 +50,7 @@ RUN = {
     ("docs/start-a-run.md", "akka training runs list [--phase open|TRAINING|…]"),
     ("docs/use-your-adapter.md", "akka training runs download RUN"),
     ("docs/use-your-adapter.md", "akka training runs export RUN --merged"),
+    ("docs/tinker-api.md", "akka auth tokens create my-tinker-script --project maths"),
 }
 
 SYNOPSIS = (
@@ -66,6 +67,7 @@ NOT_RUN = {
         "demo or the whole suite, which is what runs this test"
     ),
     ("README.md", "python3.11 -m venv .venv && . .venv/bin/activate"): PACKAGE_INDEX,
+    ("docs/tinker-api.md", 'pip install "tinker==0.38.0"'): PACKAGE_INDEX,
     ("README.md", "akka trainer serve &"): "the quickstart: tests/docs/test_readme.py runs it",
     ("README.md", 'python -m pytest -m "not slow"'): (
         "the test suite, the linters and the benchmarks themselves: CI runs them"

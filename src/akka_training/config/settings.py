@@ -276,6 +276,12 @@ class Bootstrap(_Section):
     write_cli_context: bool = True
 
 
+class Tinker(_Section):
+    # A Tinker session whose client sent no heartbeat this long ends: its runs stop and give
+    # their devices back. The SDK sends one every 10 seconds.
+    heartbeat_seconds: float = Field(60.0, ge=15)
+
+
 class Testing(_Section):
     # Run the scripted job (reports steps, trains nothing) instead of the engines. Tests only.
     scripted_jobs: bool = False
@@ -303,6 +309,7 @@ class Trainer(_Section):
     dev_models_dir: str | None = None
     controller: Controller = Field(default_factory=Controller)
     bootstrap: Bootstrap = Field(default_factory=Bootstrap)
+    tinker: Tinker = Field(default_factory=Tinker)
     testing: Testing = Field(default_factory=Testing)
 
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from akka_training.controller.views import AttemptView, Decision, RunView
 from akka_training.core.failures import FailureReason
 from akka_training.core.figures import Figures
+from akka_training.core.interactive import INTERACTIVE_METHOD
 from akka_training.core.phases import TERMINAL, Phase, RuleName
 from akka_training.core.states import (
     OPEN_CLAIM_STATES,
@@ -63,6 +64,7 @@ def _load_batch(session: Session, ids: list[str]) -> list[RunView]:
                 Run.last_step_at,
                 Run.stalled_since,
                 Run.pool,
+                Run.method,
             ).where(Run.id.in_(ids))
         )
     }
@@ -130,6 +132,7 @@ def _load_batch(session: Session, ids: list[str]) -> list[RunView]:
                 crashes=_crashes(ended.get(run_id, [])),
                 claim_devices=claim.devices if claim else 0,
                 pool=run.pool,
+                interactive=run.method == INTERACTIVE_METHOD,
             )
         )
     return views

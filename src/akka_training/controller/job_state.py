@@ -54,6 +54,16 @@ def ended(view: RunView, probe: Probe, limits: Limits) -> Decision | None:
         # The job reported its end; the report moved the run. Only the bookkeeping is left.
         return Decision(attempt_exited=True, release_claim=True)
     reason, detail = classify_exit(probe.status, probe.log_tail)
+    if view.interactive:
+        # The client's model lived in the job: a new attempt would not hold it.
+        detail = f"{detail}\nAn interactive run's job is not started again; create a new training client."
+        return Decision(
+            rule=RuleName.FAIL,
+            reason=reason,
+            detail=detail,
+            attempt_exited=True,
+            release_claim=True,
+        )
     if retryable(reason) and view.crashes < limits.job_retries:
         cause = detail.splitlines()[0] if detail else reason.sentence
         return Decision(

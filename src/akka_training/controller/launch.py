@@ -16,6 +16,12 @@ from sqlalchemy import select
 
 from akka_training.backends.base import LaunchRequest
 from akka_training.config.settings import Settings as TrainerSettings
+from akka_training.core.interactive import (
+    INTERACTIVE_JOB,
+    INTERACTIVE_METHOD,
+    InteractiveJobSpec,
+    InteractiveSettings,
+)
 from akka_training.core.resolved import BOOTSTRAP_ENV, JobSpec, ResumePoint, Settings, Telemetry
 from akka_training.core.states import AttemptState, ClaimState
 from akka_training.core.storage import S3Options
@@ -96,6 +102,8 @@ def prepare_launch(
             attempt=number,
         )
         addresses = job_addresses(settings)
+        if run.method == INTERACTIVE_METHOD:
+            return _interactive_launch(run, number, claim, addresses, settings, bootstrap)
         spec = JobSpec(
             run_id=run_id,
             attempt=number,
@@ -140,3 +148,40 @@ def prepare_launch(
             if settings.trainer.testing.scripted_jobs
             else "akka_training.engines.job",
         )
+
+
+def _interactive_launch(
+    run: Run,
+    number: int,
+    claim: Claim,
+    addresses: JobAddresses,
+    settings: TrainerSettings,
+    bootstrap: str,
+) -> LaunchRequest:
+    """The launch of an interactive run's attempt (`core.interactive`): its own spec and job
+    module, on the same backends, with the same one-time credential, as every run's."""
+    spec = InteractiveJobSpec(
+        run_id=run.id,
+        attempt=number,
+        project=run.project,
+        trainer_url=addresses.trainer_url,
+        storage_url=addresses.storage_url,
+        storage_s3=addresses.storage_s3,
+        settings=InteractiveSettings.model_validate(run.settings),
+        telemetry=Telemetry(
+            collector_endpoint=settings.trainer.telemetry.collector_endpoint,
+            traceparent=run.traceparent,
+            stall_seconds=settings.trainer.controller.stall_seconds,
+            report_seconds=settings.trainer.controller.report_seconds,
+        ),
+    )
+    return LaunchRequest(
+        run_id=run.id,
+        attempt=number,
+        pool=claim.pool,
+        devices=claim.devices,
+        device_ids=[int(i) for i in claim.device_ids],
+        job_spec=spec.to_json(),
+        env=job_env(BOOTSTRAP_ENV, bootstrap, run.traceparent),
+        entry_module=INTERACTIVE_JOB,
+    )

@@ -38,6 +38,9 @@ class RunView:
     crashes: int = 0
     claim_devices: int = 0  # the devices the open claim asks for
     pool: str = ""
+    # An interactive run (`core.interactive`): its job held the client's model, so a job that
+    # dies fails the run rather than start again from a snapshot.
+    interactive: bool = False
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,10 @@ class Placement(PlanModel):
     pod: str | None = None
     node: str | None = None
     gpus: list[Gpu] = Field(default_factory=list)
+    # A job that answers requests (an interactive run's): where the service reaches its API, and
+    # the key it sends there.
+    api_url: str | None = None
+    api_key: str | None = None
 
 
 class StartedReport(PlanModel):

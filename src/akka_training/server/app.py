@@ -34,6 +34,7 @@ from akka_training.server.routers import (
     runs,
     system,
     tasks,
+    tinker,
 )
 from akka_training.server.routes import FiniteJson
 from akka_training.server.services.pipelines import advance_all
@@ -55,6 +56,7 @@ ROUTERS = (
     tasks,
     evaluations,
     grafana,
+    tinker,
 )
 
 
@@ -81,6 +83,7 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
         try:
             yield
         finally:
+            tinker.stop_expiry(app)
             controller.stop()
             telemetry.shutdown()
             context.backend.close()

@@ -55,6 +55,7 @@ from akka_training.core.tasks import BOOTSTRAP_ENV as TASK_BOOTSTRAP_ENV
 from akka_training.deployment.context import AppContext, build_context
 from akka_training.server.app import create_app
 from akka_training.server.observability import Observability
+from akka_training.server.routers.tinker import stop_expiry
 from akka_training.server.services.projects import apply_configured_quotas
 from akka_training.storage.models import Run
 from akka_training.storage.tokens import create_admin_token
@@ -151,6 +152,7 @@ class InProcessTrainer:
         return request
 
     def close(self) -> None:
+        stop_expiry(self.app)
         self._resources.close()
 
     def __enter__(self) -> Self:

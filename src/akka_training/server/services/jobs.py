@@ -138,7 +138,8 @@ def _started(t: _Taking, r: StartedReport) -> None:
         run.id,
         "job",
         f"attempt {attempt.number} started on {r.placement.host}",
-        attempt.placement,
+        # The key of a job's API stays with the attempt; the run's events do not show it.
+        r.placement.model_dump(mode="json", by_alias=True, exclude={"api_key"}),
     )
 
 

@@ -1,0 +1,555 @@
+"""The Tinker API (``/tinker``): what the `tinker` SDK asks of a trainer, answered with ours.
+
+- **Keys.** The SDK sends its key as ``X-API-Key`` and accepts only keys that start with
+  ``tml-``: a key is ``tml-`` followed by a token of this trainer (a project token, an admin
+  token, or a login's access token), so it is scoped and revoked like that token.
+- **Sessions** live in the service's memory (`Sessions`): the project the session trains in,
+  its training clients' runs, its latest heartbeat. Finishing a session ends its runs.
+- **Training clients are interactive runs** (`core.interactive`): ``create_model`` stores a run
+  of method ``tinker`` in the session's project, with its claim on the pool, and the controller
+  starts its job like any run's; the model id is the run id.
+- **Futures.** Work is queued by the run's job in ``seq_id`` order (`engines.tinker.api`);
+  request ids are ``RUN:SEQ``, so ``retrieve_future`` finds the job from the id alone.
+  ``create_model``'s future (``RUN:0``) is answered here: ``try_again`` while the run waits for
+  its devices and loads its model.
+- Every request that names a run checks that the key may touch the run's project.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from akka_training.core.catalog import CatalogModel
+from akka_training.core.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    ServiceUnavailable,
+    Unauthorized,
+)
+from akka_training.core.interactive import (
+    INTERACTIVE_ENGINE,
+    INTERACTIVE_METHOD,
+    InteractiveLora,
+    InteractiveSettings,
+    InteractiveSource,
+)
+from akka_training.core.phases import TERMINAL, Phase
+from akka_training.core.plans import Execution
+from akka_training.deployment.context import AppContext
+from akka_training.server.auth import Principal, authenticate
+from akka_training.server.job_routing import job_address, live_address, route
+from akka_training.server.services.plans import model_pin
+from akka_training.server.services.runs import cancel
+from akka_training.storage.ids import new_id
+from akka_training.storage.models import Run, Snapshot
+from akka_training.storage.transitions import event, open_claim
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "tml-"
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+WEIGHTS_PATH = re.compile(r"^tinker://([^/]+)/weights/([^/]+)$")
+
+
+@dataclass
+class Answer:
+    status: int
+    content_type: str
+    body: bytes
+
+    @classmethod
+    def of(cls, body: dict[str, Any], status: int = 200) -> Answer:
+        return cls(status, JSON, json.dumps(body).encode())
+
+
+# --- keys -----------------------------------------------------------------------------------------
+
+NO_KEY = (
+    "A Tinker request needs an API key: 'tml-' followed by a token of this trainer, as "
+    "api_key= or TINKER_API_KEY (create one with `akka auth tokens create NAME --project P`)."
+)
+
+
+def principal_of(session: Session, key: str) -> Principal:
+    if not key.startswith(KEY_PREFIX) or len(key) == len(KEY_PREFIX):
+        raise Unauthorized(NO_KEY)
+    principal = authenticate(session, key[len(KEY_PREFIX) :])
+    principal.refuse_reporters()
+    return principal
+
+
+# --- what the SDK asks first ----------------------------------------------------------------------
+
+
+def client_config() -> dict[str, Any]:
+    """The SDK's feature flags: API keys (no token exchange), plain HTTP/1.1 through httpx,
+    uncompressed protobuf bodies, futures polled one by one."""
+    return {
+        "pjwt_auth_enabled": False,
+        "credential_default_source": "api_key",
+        "use_pyqwest_transport": False,
+        "proto_compress_fwdbwd": False,
+        "parallel_fwdbwd_chunks": True,
+        "sample_use_retrieve_futures": False,
+        "custom_loss_server_side": False,
+        "sample_join_sampling_session": False,
+    }
+
+
+def capabilities(ctx: AppContext) -> dict[str, Any]:
+    return {
+        "supported_models": [
+            {
+                "model_name": m.id,
+                "max_context_length": m.context_length,
+                "trainable": True,
+                "sampleable": False,
+            }
+            for m in ctx.catalog
+            if m.status == "available"
+        ]
+    }
+
+
+# --- sessions -------------------------------------------------------------------------------------
+
+
+@dataclass
+class TinkerSession:
+    id: str
+    project: str
+    created_at: datetime
+    beat_at: datetime
+    runs: list[str] = field(default_factory=list)
+    # The runs of the training clients created from saved weights, by the model id the SDK
+    # gives them itself (``SESSION:train:SEQ``).
+    models: dict[str, str] = field(default_factory=dict)
+    finished: bool = False
+
+
+class Sessions:
+    """The sessions this service process holds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_id: dict[str, TinkerSession] = {}
+
+    def add(self, project: str, now: datetime) -> TinkerSession:
+        made = TinkerSession(new_id("s"), project, now, now)
+        with self._lock:
+            self._by_id[made.id] = made
+        return made
+
+    def expired(self, now: datetime, timeout: timedelta) -> list[TinkerSession]:
+        """The sessions not finished whose latest heartbeat is older than `timeout`; each is
+        marked finished here, so that it is given back once."""
+        with self._lock:
+            gone = [s for s in self._by_id.values() if not s.finished and now - s.beat_at > timeout]
+            for found in gone:
+                found.finished = True
+        return gone
+
+    def run_of(self, model_id: str) -> str:
+        """The run of a model id: the run id itself, or a session's ``SESSION:train:SEQ``."""
+        session_id, marker, _ = model_id.partition(":train:")
+        if not marker:
+            return model_id
+        with self._lock:
+            found = self._by_id.get(session_id)
+        return (found.models.get(model_id) if found is not None else None) or model_id
+
+    def get(self, principal: Principal, session_id: str) -> TinkerSession:
+        with self._lock:
+            found = self._by_id.get(session_id)
+        if found is None or not principal.can(found.project):
+            raise NotFound(
+                f"There is no Tinker session {session_id!r} (a trainer restart ends sessions); "
+                "create a new ServiceClient."
+            )
+        return found
+
+
+def create_session(
+    db: Session, ctx: AppContext, sessions: Sessions, principal: Principal, body: dict[str, Any]
+) -> dict[str, Any]:
+    project = body.get("project_id") or None
+    if project is None:
+        if principal.projects is None or len(principal.projects) != 1:
+            raise InvalidRequest(
+                "Say which project this session trains in: pass project_id= to ServiceClient "
+                "or set TINKER_PROJECT_ID."
+            )
+        project = principal.projects[0]
+    principal.require(str(project))
+    made = sessions.add(str(project), ctx.clock.now())
+    return {"type": "create_session", "session_id": made.id}
+
+
+def heartbeat(ctx: AppContext, sessions: Sessions, principal: Principal, session_id: str) -> Answer:
+    found = sessions.get(principal, session_id)
+    if found.finished:
+        return Answer.of({"detail": f"Session {session_id} has finished."}, status=410)
+    found.beat_at = ctx.clock.now()
+    return Answer.of({"type": "session_heartbeat"})
+
+
+def finish(ctx: AppContext, sessions: Sessions, principal: Principal, session_id: str) -> None:
+    """End the session: each of its runs that is training saves its adapter and completes; one
+    still waiting for its devices is cancelled."""
+    found = sessions.get(principal, session_id)
+    found.finished = True
+    _end_runs(ctx, found, principal)
+
+
+def expire(ctx: AppContext, sessions: Sessions) -> list[str]:
+    """End the sessions whose client stopped its heartbeat (`trainer.tinker.heartbeat-seconds`)
+    as `finish` would; their ids."""
+    timeout = timedelta(seconds=ctx.settings.trainer.tinker.heartbeat_seconds)
+    gone = sessions.expired(ctx.clock.now(), timeout)
+    for found in gone:
+        for run_id in found.runs:
+            with ctx.db.session() as db:
+                event(
+                    db,
+                    run_id,
+                    "session",
+                    f"Tinker session {found.id} sent no heartbeat for {timeout.seconds} s; "
+                    "its run ends and gives its devices back",
+                )
+                db.commit()
+        owner = Principal("tinker-session", found.id, "project", (found.project,))
+        _end_runs(ctx, found, owner)
+    return [found.id for found in gone]
+
+
+def _end_runs(ctx: AppContext, found: TinkerSession, principal: Principal) -> None:
+    for run_id in found.runs:
+        with ctx.db.session() as db:
+            run = db.get(Run, run_id)
+            if run is None or Phase(run.phase) in TERMINAL:
+                continue
+            address = job_address(db, run) if run.phase == Phase.TRAINING else None
+            if address is None:
+                cancel(db, ctx, principal, run_id)
+                continue
+        try:
+            route(address, "shutdown", b"{}", JSON)
+        except ServiceUnavailable:
+            # The job is gone already: the controller ends its run when it sees that.
+            continue
+
+
+class Expiry:
+    """Ends expired sessions every few seconds, on a thread of its own, while the service
+    runs."""
+
+    def __init__(self, ctx: AppContext, sessions: Sessions) -> None:
+        self._ctx = ctx
+        self._sessions = sessions
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tinker-expiry", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        interval = min(5.0, self._ctx.settings.trainer.tinker.heartbeat_seconds / 4)
+        while not self._stop.wait(interval):
+            try:
+                expire(self._ctx, self._sessions)
+            except Exception:  # the next pass tries again
+                log.exception("ending expired Tinker sessions failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+# --- training clients -----------------------------------------------------------------------------
+
+
+def _catalog_model(ctx: AppContext, name: str) -> CatalogModel:
+    for model in ctx.catalog:
+        if name in (model.id, model.hub_id) and model.status == "available":
+            return model
+    known = ", ".join(m.id for m in ctx.catalog if m.status == "available")
+    raise InvalidRequest(f"There is no base model {name!r} here; use one of: {known}.")
+
+
+def create_model(
+    db: Session, ctx: AppContext, sessions: Sessions, principal: Principal, body: dict[str, Any]
+) -> dict[str, Any]:
+    found = sessions.get(principal, str(body.get("session_id", "")))
+    if found.finished:
+        raise Conflict(f"Session {found.id} has finished; create a new ServiceClient.")
+    principal.require(found.project)
+    model = _catalog_model(ctx, str(body.get("base_model", "")))
+    lora = body.get("lora_config")
+    if lora is None:
+        raise InvalidRequest(
+            "Only LoRA training clients are supported: use create_lora_training_client."
+        )
+    _adam_only(body)
+    run = _create_run(db, ctx, found, model, InteractiveLora.model_validate(lora), None, body)
+    return {"request_id": f"{run.id}:0", "model_id": run.id}
+
+
+def _adam_only(body: dict[str, Any]) -> None:
+    optimizer = (body.get("optimizer_config") or {}).get("type", "adamw")
+    if optimizer != "adamw":
+        raise InvalidRequest(f"The optimizer {optimizer!r} is not supported here; use Adam.")
+
+
+def create_from_state(
+    db: Session, ctx: AppContext, sessions: Sessions, principal: Principal, body: dict[str, Any]
+) -> dict[str, Any]:
+    """A training client that starts from saved weights (`create_training_client_from_state`
+    and its ``_with_optimizer`` twin): a new run, of the saved run's base model and adapter,
+    whose job loads the weights before its first request."""
+    found = sessions.get(principal, str(body.get("session_id", "")))
+    if found.finished:
+        raise Conflict(f"Session {found.id} has finished; create a new ServiceClient.")
+    principal.require(found.project)
+    path = str(body.get("path", ""))
+    source_run = _check_readable(db, principal, path)
+    source = InteractiveSettings.model_validate(source_run.settings)
+    if not body.get("optimizer"):
+        _adam_only(body)
+    run = _create_run(
+        db,
+        ctx,
+        found,
+        _catalog_model(ctx, source.base_model.id),
+        source.lora,
+        InteractiveSource(path=path, optimizer=bool(body.get("optimizer"))),
+        body,
+    )
+    model_id = f"{found.id}:train:{int(body.get('model_seq_id') or 0)}"
+    found.models[model_id] = run.id
+    return {"request_id": f"{run.id}:0", "model_id": model_id}
+
+
+def _create_run(
+    db: Session,
+    ctx: AppContext,
+    found: TinkerSession,
+    model: CatalogModel,
+    lora: InteractiveLora,
+    source: InteractiveSource | None,
+    body: dict[str, Any],
+) -> Run:
+    settings = InteractiveSettings(
+        project=found.project,
+        base_model=model_pin(model),
+        lora=lora,
+        session=found.id,
+        source=source,
+        execution=Execution(pool=ctx.default_pool, gpus=1),
+    )
+    now = datetime.now(UTC)
+    saved = WEIGHTS_PATH.match(source.path) if source else None
+    run = Run(
+        id=new_id(),
+        project=found.project,
+        method=INTERACTIVE_METHOD,
+        engine=INTERACTIVE_ENGINE,
+        base_model=model.id,
+        dataset="",
+        pool=ctx.default_pool,
+        gpus=1,
+        plan={"kind": "tinker", "session": found.id, "request": body},
+        settings=settings.to_json(),
+        source_run=saved.group(1) if saved else None,
+        source_snapshot=saved.group(2) if saved else None,
+        source_kind=("continue" if source.optimizer else "branch") if source else None,
+        phase=Phase.QUEUED.value,
+        phase_since=now,
+        phase_seconds={},
+        created_at=now,
+    )
+    db.add(run)
+    db.flush()
+    open_claim(db, run)
+    event(
+        db,
+        run.id,
+        "submitted",
+        f"submitted {INTERACTIVE_METHOD} on {model.id} (session {found.id})",
+    )
+    found.runs.append(run.id)
+    db.commit()
+    return run
+
+
+def _run(db: Session, principal: Principal, run_id: str) -> Run:
+    run = db.get(Run, run_id)
+    if run is None or run.method != INTERACTIVE_METHOD:
+        raise NotFound(f"There is no training client {run_id!r} on this trainer.")
+    if not principal.can(run.project):
+        raise Forbidden(
+            f"This key has no access to project {run.project!r}; use a key of that project."
+        )
+    return run
+
+
+def get_info(
+    db: Session, sessions: Sessions, principal: Principal, model_id: str
+) -> dict[str, Any]:
+    run = _run(db, principal, sessions.run_of(model_id))
+    settings = InteractiveSettings.model_validate(run.settings)
+    return {
+        "type": "get_info",
+        "model_id": model_id,
+        "model_data": {
+            "arch": settings.base_model.id,
+            "model_name": settings.base_model.id,
+            "tokenizer_id": settings.base_model.id,
+        },
+        "is_lora": True,
+        "lora_rank": settings.lora.rank,
+        "model_name": settings.base_model.id,
+    }
+
+
+# --- work and futures -----------------------------------------------------------------------------
+
+
+def _proto_model_and_seq(body: bytes) -> tuple[str, int]:
+    """Fields 1 (``model_id``) and 2 (``seq_id``) of a ``ForwardBackwardRequest``, read off the
+    protobuf wire format without its schema (which only the job loads)."""
+    model_id, seq_id, at = "", 0, 0
+
+    def varint() -> int:
+        nonlocal at
+        value, shift = 0, 0
+        while True:
+            if at >= len(body):
+                raise InvalidRequest("The forward_backward body is not a protobuf message.")
+            byte = body[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    while at < len(body):
+        tag = varint()
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value = varint()
+            if number == 2:
+                seq_id = value
+        elif wire == 2:
+            length = varint()
+            if number == 1:
+                model_id = body[at : at + length].decode()
+            at += length
+        elif wire == 1:
+            at += 8
+        elif wire == 5:
+            at += 4
+        else:
+            raise InvalidRequest("The forward_backward body is not a protobuf message.")
+    return model_id, seq_id
+
+
+def submit(
+    ctx: AppContext,
+    sessions: Sessions,
+    principal: Principal,
+    kind: str,
+    body: bytes,
+    content_type: str,
+) -> Answer:
+    """Queue work on a run's job: its answer is the future's request id."""
+    headers: dict[str, str] = {}
+    if kind == "forward_backward":
+        if PROTOBUF not in content_type:
+            raise InvalidRequest("forward_backward takes the SDK's protobuf body.")
+        model_id, seq_id = _proto_model_and_seq(body)
+        headers["X-Seq-Id"] = str(seq_id)
+    else:
+        fields = json.loads(body or b"{}")
+        model_id = str(fields.get("model_id") or "")
+        if kind == "load_weights" and not model_id:
+            with ctx.db.session() as db:
+                return Answer.of(create_from_state(db, ctx, sessions, principal, fields))
+        if kind == "save_weights_for_sampler":
+            raise InvalidRequest("Sampling is not supported by this trainer yet.")
+    with ctx.db.session() as db:
+        run = _run(db, principal, sessions.run_of(model_id))
+        if kind == "load_weights":
+            _check_readable(db, principal, str(json.loads(body).get("path", "")))
+        address = live_address(db, run)
+    answered = route(address, kind, body, content_type, headers)
+    if answered.status_code != 200:
+        return Answer(answered.status_code, JSON, answered.content)
+    request_id = answered.json()["request_id"]
+    return Answer.of({"request_id": request_id, "model_id": model_id})
+
+
+def _check_readable(db: Session, principal: Principal, path: str) -> Run:
+    found = WEIGHTS_PATH.match(path)
+    if found is None:
+        raise InvalidRequest(
+            f"{path!r} is not a path of saved weights (tinker://RUN/weights/NAME)."
+        )
+    run = _run(db, principal, found.group(1))
+    if db.get(Snapshot, (run.id, found.group(2))) is None:
+        raise NotFound(f"Run {run.id} has no saved weights {found.group(2)!r}.")
+    return run
+
+
+def retrieve(ctx: AppContext, principal: Principal, body: dict[str, Any]) -> Answer:
+    request_id = str(body.get("request_id", ""))
+    run_id, _, seq = request_id.rpartition(":")
+    if not run_id or not seq.isdigit():
+        raise NotFound(f"There is no request {request_id!r}.")
+    with ctx.db.session() as db:
+        run = _run(db, principal, run_id)
+        phase = Phase(run.phase)
+        if seq == "0":
+            return _creation(db, run, request_id)
+        if phase in TERMINAL:
+            return _ended(run)
+        address = job_address(db, run)
+    if address is None:
+        raise NotFound(f"There is no request {request_id!r}.")
+    answered = route(
+        address, "retrieve_future", json.dumps({"request_id": request_id}).encode(), JSON
+    )
+    return Answer(
+        answered.status_code, answered.headers.get("content-type", JSON), answered.content
+    )
+
+
+def _ended(run: Run) -> Answer:
+    detail = f": {run.failure_detail}" if run.failure_detail else ""
+    return Answer.of(
+        {
+            "error": f"Run {run.id} has ended ({run.phase.lower()}{detail}).",
+            "category": "server" if run.phase == Phase.FAILED else "user",
+        }
+    )
+
+
+def _creation(db: Session, run: Run, request_id: str) -> Answer:
+    """``create_model``'s future: done once the run's job answers, failed if the run ended."""
+    phase = Phase(run.phase)
+    if phase in TERMINAL:
+        return _ended(run)
+    if phase == Phase.TRAINING and job_address(db, run) is not None:
+        source = InteractiveSettings.model_validate(run.settings).source
+        if source is not None:
+            return Answer.of({"type": "load_weights", "path": source.path})
+        return Answer.of({"type": "create_model", "model_id": run.id})
+    state = "paused_capacity" if phase == Phase.QUEUED else "active"
+    return Answer.of({"type": "try_again", "request_id": request_id, "queue_state": state})

@@ -1,0 +1,191 @@
+"""The Tinker API with the real `tinker` SDK against a live trainer: a supervised loop on the
+tiny development model is an interactive run of the project, whose steps carry the SDK's
+figures; another project's key cannot touch it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tinker
+import torch
+from peft import LoraConfig, PeftModel
+from tinker import types
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from akka_training.testing.service import TrainerProcess
+from akka_training.testing.waiting import until
+from tests.integration.helpers import ensure_project
+
+pytestmark = [
+    pytest.mark.slow,
+    # The SDK opens a connection of its own to read the client config and never closes it; the
+    # garbage collector's warning about it is the SDK's, not the trainer's.
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+TEXTS = [f"What is {a} + {b}? #### {a + b}" for a in range(1, 4) for b in range(1, 3)]
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory: pytest.TempPathFactory, dev_models: Path) -> Iterator[TrainerProcess]:
+    t = TrainerProcess(
+        tmp_path_factory.mktemp("tinker"),
+        {
+            "trainer": {
+                "dev-models-dir": str(dev_models),
+                "controller": {"interval-seconds": 0.2, "report-seconds": 0.2},
+                # Two training clients at once: two devices.
+                "pools": [{"name": "default", "accelerator": "cpu", "devices": 2}],
+            }
+        },
+    ).start()
+    ensure_project(t, "demo")
+    ensure_project(t, "other")
+    yield t
+    t.close()
+
+
+def key(trainer: TrainerProcess, project: str) -> str:
+    created = trainer.cli_json(
+        "auth", "tokens", "create", f"{project}-tinker", "--project", project
+    )
+    return "tml-" + str(created["token"])
+
+
+def datums(dev_models: Path) -> list[types.Datum]:
+    tokenizer = AutoTokenizer.from_pretrained(str(dev_models / "tiny-chat"))
+    out = []
+    for text in TEXTS:
+        tokens = tokenizer.encode(text)
+        out.append(
+            types.Datum(
+                model_input=types.ModelInput.from_ints(tokens[:-1]),
+                loss_fn_inputs={
+                    "target_tokens": types.TensorData.from_numpy(np.array(tokens[1:])),
+                    "weights": types.TensorData.from_numpy(
+                        np.ones(len(tokens) - 1, dtype=np.float32)
+                    ),
+                },
+            )
+        )
+    return out
+
+
+def two_steps(training: tinker.TrainingClient, data: list[types.Datum]) -> list[float]:
+    losses = []
+    for _ in range(2):
+        fwd = training.forward_backward(data, "cross_entropy")
+        opt = training.optim_step(types.AdamParams(learning_rate=2e-2, weight_decay=0.01))
+        losses.append(fwd.result().metrics["loss:sum"])
+        opt.result()
+    return losses
+
+
+def test_a_supervised_loop_is_an_interactive_run(
+    trainer: TrainerProcess, dev_models: Path, tmp_path: Path
+) -> None:
+    api_key = key(trainer, "demo")
+    service = tinker.ServiceClient(base_url=f"{trainer.url}/tinker", api_key=api_key)
+    rest = tinker.RestClient(base_url=f"{trainer.url}/tinker", api_key=api_key)
+    models = rest.get_server_capabilities().result().supported_models
+    assert "tiny-chat" in {m.model_name for m in models}
+    training = service.create_lora_training_client(base_model="tiny-chat", rank=8, seed=0).result()
+    run_id = training.model_id
+    data = datums(dev_models)
+    losses: list[float] = []
+    steps: list[dict[str, float]] = []
+    for _ in range(6):
+        # Both queued before either is waited on: the job runs them in their order.
+        fwd = training.forward_backward(data, "cross_entropy")
+        opt = training.optim_step(types.AdamParams(learning_rate=2e-2, grad_clip_norm=1.0))
+        losses.append(fwd.result().metrics["loss:sum"])
+        steps.append(dict(opt.result().metrics or {}))
+    assert losses[-1] < losses[0]
+    logprobs = training.forward(data, "cross_entropy").result()
+    assert len(logprobs.loss_fn_outputs) == len(data)
+
+    listed = {r["id"]: r for r in trainer.cli_json("training", "runs", "list", "--project", "demo")}
+    assert listed[run_id]["method"] == "tinker"
+    client = trainer.client()
+    until(lambda: len(client.metrics(run_id).steps) == 6, what="six steps")
+    figures = client.metrics(run_id).steps
+    assert [f.step for f in figures] == [1, 2, 3, 4, 5, 6]
+    for reported, returned in zip(figures, steps, strict=True):
+        assert reported.model_extra is not None
+        assert reported.model_extra["loss"] == pytest.approx(returned["loss"])
+        assert reported.model_extra["learning_rate"] == pytest.approx(2e-2)
+
+    # A snapshot, two more steps; back to the snapshot with its optimizer, the same two steps.
+    saved = training.save_state("after-six").result()
+    assert saved.path == f"tinker://{run_id}/weights/after-six"
+    until(
+        lambda: "after-six" in {s.name for s in client.snapshots(run_id)},
+        what="the snapshot to be listed",
+    )
+    first = two_steps(training, data)
+    resumed = service.create_training_client_from_state_with_optimizer(saved.path).result()
+    assert two_steps(resumed, data) == first
+
+    # Reinforcement losses at the sampler's own log-probabilities: every ratio is one.
+    forward = training.forward(data, "cross_entropy").result()
+    scored = [
+        types.Datum(
+            model_input=d.model_input,
+            loss_fn_inputs={
+                "target_tokens": d.loss_fn_inputs["target_tokens"],
+                "logprobs": out["logprobs"],
+                "advantages": types.TensorData.from_numpy(
+                    np.ones(len(out["logprobs"].tolist()), dtype=np.float32)
+                ),
+            },
+        )
+        for d, out in zip(data, forward.loss_fn_outputs, strict=True)
+    ]
+    targets = sum(len(out["logprobs"].tolist()) for out in forward.loss_fn_outputs)
+    for loss in ("importance_sampling", "ppo"):
+        result = training.forward_backward(scored, loss).result()
+        assert result.metrics["loss:sum"] == pytest.approx(-targets, rel=1e-4)
+
+    # A custom loss runs in the client, from forward's log-probabilities: here cross entropy.
+    def negative_logprobs(
+        _: list[types.Datum], logprobs: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        return -torch.stack([lp.sum() for lp in logprobs]).sum(), {}
+
+    custom = training.forward_backward_custom(data, negative_logprobs).result()
+    assert custom.metrics["loss:sum"] == pytest.approx(forward.metrics["loss:sum"], rel=1e-4)
+
+    other = httpx.post(
+        f"{trainer.url}/tinker/api/v1/optim_step",
+        headers={"X-API-Key": key(trainer, "other")},
+        json={"model_id": run_id, "seq_id": 99, "adam_params": {"learning_rate": 1.0}},
+    )
+    assert other.status_code == 403
+    assert "has no access to project 'demo'" in other.text
+
+    service.close("success").result()
+    until(
+        lambda: client.run(run_id).phase == "COMPLETED",
+        what="the run to complete",
+        timeout=120,
+    )
+    # Its final adapter leaves the trainer in the Hugging Face layout, and PEFT loads it.
+    dest = tmp_path / "adapter"
+    trainer.cli_json("training", "runs", "download", run_id, "-d", str(dest))
+    base = AutoModelForCausalLM.from_pretrained(str(dev_models / "tiny-chat"))
+    loaded = PeftModel.from_pretrained(base, str(dest))
+    config = loaded.peft_config["default"]
+    assert isinstance(config, LoraConfig) and config.r == 8
+
+
+def test_a_key_without_the_tml_prefix_is_refused(trainer: TrainerProcess) -> None:
+    answer = httpx.get(
+        f"{trainer.url}/tinker/api/v1/get_server_capabilities", headers={"X-API-Key": "akka_x"}
+    )
+    assert answer.status_code == 401
+    assert "'tml-' followed by a token of this trainer" in answer.text

@@ -1,0 +1,195 @@
+"""The Tinker API's routes through the real app, without a job: keys, sessions, training clients
+waiting for their devices, and each refusal with its words. The SDK against a live trainer is in
+tests/integration/test_tinker_api.py."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from akka_training.core.clock import ManualClock
+from akka_training.server.services import tinker as service
+from akka_training.storage.models import Event
+from akka_training.testing.app import InProcessTrainer
+
+BASE = "/tinker/api/v1"
+
+
+def tinker_key(api: httpx.Client, project: str) -> tuple[str, str]:
+    created = api.post("/v1/tokens", json={"name": f"{project}-tinker", "projects": [project]})
+    assert created.status_code == 201, created.text
+    body = created.json()
+    return body["id"], "tml-" + body["token"]
+
+
+def call(
+    api: httpx.Client, key: str, path: str, body: dict[str, Any] | None = None
+) -> httpx.Response:
+    headers = {"X-API-Key": key}
+    if body is None:
+        return api.get(BASE + path, headers=headers)
+    return api.post(BASE + path, json=body, headers=headers)
+
+
+@pytest.fixture
+def keys(api: httpx.Client) -> dict[str, str]:
+    assert api.post("/v1/projects", json={"name": "other"}).status_code in (200, 201)
+    return {"maths": tinker_key(api, "maths")[1], "other": tinker_key(api, "other")[1]}
+
+
+def session(api: httpx.Client, key: str) -> str:
+    made = call(
+        api, key, "/create_session", {"tags": [], "user_metadata": {}, "sdk_version": "0.38.0"}
+    )
+    assert made.status_code == 200, made.text
+    session_id: str = made.json()["session_id"]
+    return session_id
+
+
+def test_what_the_sdk_asks_first(api: httpx.Client, keys: dict[str, str]) -> None:
+    config = call(api, keys["maths"], "/client/config", {"sdk_version": "0.38.0"}).json()
+    assert config["pjwt_auth_enabled"] is False
+    assert config["use_pyqwest_transport"] is False
+    models = call(api, keys["maths"], "/get_server_capabilities").json()["supported_models"]
+    assert "tiny-chat" in {m["model_name"] for m in models}
+    assert call(
+        api, keys["maths"], "/session_heartbeat", {"session_id": session(api, keys["maths"])}
+    ).json() == {"type": "session_heartbeat"}
+
+
+def test_a_key_is_tml_and_a_token_of_this_trainer(api: httpx.Client) -> None:
+    bare = call(api, "akka_not-prefixed", "/get_server_capabilities")
+    assert bare.status_code == 401
+    assert "'tml-' followed by a token of this trainer" in bare.json()["error"]["message"]
+    token_id, key = tinker_key(api, "maths")
+    assert call(api, key, "/get_server_capabilities").status_code == 200
+    assert api.delete(f"/v1/tokens/{token_id}").status_code == 200
+    revoked = call(api, key, "/get_server_capabilities")
+    assert revoked.status_code == 401
+    assert "revoked" in revoked.json()["error"]["message"]
+
+
+def test_a_session_names_its_project_when_the_key_has_several(api: httpx.Client) -> None:
+    admin_key = "tml-" + api.headers["authorization"].split(" ", 1)[1]
+    refused = call(
+        api,
+        admin_key,
+        "/create_session",
+        {"tags": [], "user_metadata": {}, "sdk_version": "0.38.0"},
+    )
+    assert refused.status_code == 400
+    assert "Say which project this session trains in" in refused.json()["error"]["message"]
+
+
+def test_a_training_client_is_a_queued_run_of_the_project(
+    api: httpx.Client, keys: dict[str, str]
+) -> None:
+    key = keys["maths"]
+    session_id = session(api, key)
+    unknown = call(
+        api,
+        key,
+        "/create_model",
+        {
+            "session_id": session_id,
+            "model_seq_id": 0,
+            "base_model": "nope",
+            "lora_config": {"rank": 8},
+        },
+    )
+    assert unknown.status_code == 400
+    assert "There is no base model 'nope' here" in unknown.json()["error"]["message"]
+
+    created = call(
+        api,
+        key,
+        "/create_model",
+        {
+            "session_id": session_id,
+            "model_seq_id": 0,
+            "base_model": "tiny-chat",
+            "lora_config": {"rank": 8},
+        },
+    )
+    assert created.status_code == 200, created.text
+    run_id = created.json()["model_id"]
+    run = api.get(f"/v1/runs/{run_id}").json()
+    assert (run["method"], run["phase"], run["project"]) == ("tinker", "QUEUED", "maths")
+    # Waiting for its devices: the SDK is told to try again.
+    waiting = call(api, key, "/retrieve_future", {"request_id": f"{run_id}:0"}).json()
+    assert waiting == {
+        "type": "try_again",
+        "request_id": f"{run_id}:0",
+        "queue_state": "paused_capacity",
+    }
+    info = call(api, key, "/get_info", {"model_id": run_id}).json()
+    assert (info["model_data"]["model_name"], info["lora_rank"]) == ("tiny-chat", 8)
+
+    early = call(api, key, "/optim_step", {"model_id": run_id, "seq_id": 1, "adam_params": {}})
+    assert early.status_code == 409
+    assert "its model is not loaded yet" in early.json()["error"]["message"]
+    sampler = call(api, key, "/save_weights_for_sampler", {"model_id": run_id, "seq_id": 1})
+    assert sampler.status_code == 400
+    assert "Sampling is not supported by this trainer yet" in sampler.json()["error"]["message"]
+
+    # Another project's key touches neither the run nor the session.
+    other = call(api, keys["other"], "/get_info", {"model_id": run_id})
+    assert other.status_code == 403
+    assert "This key has no access to project 'maths'" in other.json()["error"]["message"]
+    beat = call(api, keys["other"], "/session_heartbeat", {"session_id": session_id})
+    assert beat.status_code == 404
+    assert f"There is no Tinker session {session_id!r}" in beat.json()["error"]["message"]
+
+    # Ending the session cancels the run still waiting, and its heartbeat is told it is over.
+    assert (
+        call(
+            api, key, f"/sessions/{session_id}/finish", {"reason": {"type": "success"}}
+        ).status_code
+        == 200
+    )
+    assert api.get(f"/v1/runs/{run_id}").json()["phase"] == "CANCELLED"
+    assert call(api, key, "/session_heartbeat", {"session_id": session_id}).status_code == 410
+    ended = call(api, key, "/retrieve_future", {"request_id": f"{run_id}:0"}).json()
+    assert ended["error"] == f"Run {run_id} has ended (cancelled)."
+
+
+def test_a_session_without_heartbeats_gives_its_devices_back(
+    trainer: InProcessTrainer, api: httpx.Client, keys: dict[str, str]
+) -> None:
+    clock = ManualClock(wall=datetime(2026, 1, 1, tzinfo=UTC))
+    trainer.ctx.clock = clock
+    key = keys["maths"]
+    session_id = session(api, key)
+    created = call(
+        api,
+        key,
+        "/create_model",
+        {
+            "session_id": session_id,
+            "model_seq_id": 0,
+            "base_model": "tiny-chat",
+            "lora_config": {"rank": 8},
+        },
+    )
+    run_id = created.json()["model_id"]
+    held: service.Sessions = trainer.app.state.tinker_sessions
+
+    clock.advance(30)
+    assert call(api, key, "/session_heartbeat", {"session_id": session_id}).status_code == 200
+    clock.advance(59)  # within trainer.tinker.heartbeat-seconds (60) of the last heartbeat
+    assert service.expire(trainer.ctx, held) == []
+    clock.advance(2)
+    assert service.expire(trainer.ctx, held) == [session_id]
+
+    run = api.get(f"/v1/runs/{run_id}").json()
+    assert run["phase"] == "CANCELLED"
+    with trainer.ctx.db.session() as db:
+        events = list(db.scalars(select(Event.message).where(Event.run_id == run_id)))
+    assert any(
+        f"Tinker session {session_id} sent no heartbeat for 60 s" in message for message in events
+    )
+    assert call(api, key, "/session_heartbeat", {"session_id": session_id}).status_code == 410
