@@ -16,7 +16,14 @@ from sqlalchemy import select
 
 from akka_training.backends.base import LaunchRequest
 from akka_training.config.settings import Settings as TrainerSettings
-from akka_training.core.resolved import BOOTSTRAP_ENV, JobSpec, ResumePoint, Settings, Telemetry
+from akka_training.core.resolved import (
+    BOOTSTRAP_ENV,
+    Generation,
+    JobSpec,
+    ResumePoint,
+    Settings,
+    Telemetry,
+)
 from akka_training.core.states import AttemptState, ClaimState
 from akka_training.core.storage import S3Options
 from akka_training.deployment.context import AppContext
@@ -96,6 +103,7 @@ def prepare_launch(
             attempt=number,
         )
         addresses = job_addresses(settings)
+        reinforcement = settings.trainer.reinforcement
         spec = JobSpec(
             run_id=run_id,
             attempt=number,
@@ -114,6 +122,11 @@ def prepare_launch(
                 stall_seconds=settings.trainer.controller.stall_seconds,
                 report_seconds=settings.trainer.controller.report_seconds,
                 mlflow_uri=settings.trainer.tracking.mlflow_uri,
+            ),
+            generation=Generation(
+                engine=reinforcement.trl_generation,
+                vllm_gpu_memory_utilization=reinforcement.vllm_gpu_memory_utilization,
+                vllm_sleep_mode=reinforcement.vllm_sleep_mode,
             ),
         )
         envelope = None
