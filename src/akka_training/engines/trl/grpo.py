@@ -203,7 +203,7 @@ def run(job: JobContext) -> Outcome:
     schedule = schedule_steps(resume_from, total_steps)
     generation = job.spec.generation
     cuda = device.type == "cuda"
-    present = cuda and vllm_installed()
+    present = generation.engine != "hf" and vllm_installed()
     args = GRPOConfig(
         **common_args(job, device),
         max_steps=schedule,

@@ -50,6 +50,7 @@ from akka_training.engines.trl.sft_speed import (
     flash_attention_installed,
     liger_installed,
     sft_speed,
+    weight_bytes,
 )
 from akka_training.engines.trl.steps import StepOutput, StepReporting
 
@@ -214,8 +215,7 @@ def _speed(settings: Any, hp: SftHyperparams, device: Any, max_length: int) -> S
         hidden = int(getattr(config, "hidden_size", 0) or 0)
         layers = int(getattr(config, "num_hidden_layers", 0) or 0)
         vocab = int(getattr(config, "vocab_size", 0) or 0)
-        # Weights in 16-bit: about 12 h² per layer plus the embedding tables.
-        weights = 2 * (12 * hidden * hidden * layers + 2 * vocab * hidden)
+        weights = weight_bytes(hidden, layers, vocab)
         activations = activation_bytes(hp.training.batch_size, max_length, hidden, layers)
         total = torch.cuda.get_device_properties(device).total_memory
     return sft_speed(

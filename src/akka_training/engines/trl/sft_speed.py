@@ -67,6 +67,12 @@ def activation_bytes(batch_size: int, max_length: int, hidden_size: int, layers:
     return ACTIVATION_BYTES * batch_size * max_length * hidden_size * layers
 
 
+def weight_bytes(hidden_size: int, layers: int, vocab_size: int) -> int:
+    """A dense transformer's weights in 16-bit: about 12 h² per layer plus the input and output
+    embedding tables."""
+    return 2 * (12 * hidden_size * hidden_size * layers + 2 * vocab_size * hidden_size)
+
+
 def needs_checkpointing(weight_bytes: int, activations: int, device_bytes: int) -> bool:
     return weight_bytes + activations > MEMORY_SHARE * device_bytes
 
