@@ -27,6 +27,7 @@ PAGES = [
     "reinforcement-learning.md",
     "supervised-fine-tuning.md",
     "verl.md",
+    "trl-on-gpus.md",
     "deploy-ray.md",
     "deploy-kubernetes.md",
     "settings.md",

@@ -2,7 +2,7 @@
 module builds (no hub), each measured with the engine's own figures and checked.
 
     python -m akka_training.engines.trl.smoke WORKDIR [--steps N] [--generation auto|hf|vllm]
-        [--size smoke|tiny]
+        [--size smoke|tiny] [--only sft|grpo]
     python -m akka_training.engines.trl.smoke --adapter-check MODEL ADAPTER
 
 Both runs take the settings the TRL engine takes on the same device: SFT its fast path
@@ -46,10 +46,13 @@ from akka_training.engines.trl.sft_speed import (
 SIZES: dict[str, dict[str, int]] = {
     "smoke": {"hidden": 1024, "layers": 12, "heads": 8, "intermediate": 3072},
     "tiny": {"hidden": 128, "layers": 2, "heads": 2, "intermediate": 256},
+    # 0.5B-class in its layers (Qwen2.5-0.5B's shape), for bench/grpo_generation.py.
+    "bench": {"hidden": 896, "layers": 24, "heads": 14, "intermediate": 4864},
 }
 HEAD_DIM = 64
 MAX_LENGTH = 256
 GIB = 2**30
+MODULE = "akka_training.engines.trl.smoke"
 
 
 @dataclass
@@ -372,7 +375,7 @@ def vllm_loads(model_dir: Path, adapter: Path) -> str:
         return "not checked (no vLLM in this environment)"
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    command = [sys.executable, "-m", __name__, "--adapter-check", str(model_dir), str(adapter)]
+    command = [sys.executable, "-m", MODULE, "--adapter-check", str(model_dir), str(adapter)]
     out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
@@ -406,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--generation", choices=["auto", "hf", "vllm"], default="auto")
     parser.add_argument("--size", choices=sorted(SIZES))
+    parser.add_argument("--only", choices=["sft", "grpo"], help="run one of the two")
     parser.add_argument("--adapter-check", nargs=2, type=Path, metavar=("MODEL", "ADAPTER"))
     args = parser.parse_args(argv)
     if args.adapter_check:
@@ -428,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         ("grpo", lambda: run_grpo(model_dir, workdir, args.steps, args.generation)),
     )
     for label, run in runs:
+        if args.only not in (None, label):
+            continue
         try:
             measured, adapter = run()
         except Exception as exc:  # the smoke reports every failure as its line and goes on
