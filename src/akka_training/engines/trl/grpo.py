@@ -171,6 +171,11 @@ def run(job: JobContext) -> Outcome:
     clip = rl.clip or CLIP_BY_METHOD[method]
     device = training_device()
     image_text = is_image_text(settings)
+    # How it generates, decided (or refused) before anything is loaded.
+    generation = job.spec.generation
+    cuda = device.type == "cuda"
+    present = generation.engine != "hf" and vllm_installed()
+    vllm = uses_vllm(generation, cuda=cuda, vllm_present=present)
 
     # Model, tools and prompts
     model, processing = load_base_model(settings, device)
@@ -201,9 +206,6 @@ def run(job: JobContext) -> Outcome:
         rl.training.epochs, rl.training.max_steps, steps_per_epoch
     )
     schedule = schedule_steps(resume_from, total_steps)
-    generation = job.spec.generation
-    cuda = device.type == "cuda"
-    present = generation.engine != "hf" and vllm_installed()
     args = GRPOConfig(
         **common_args(job, device),
         max_steps=schedule,
@@ -243,7 +245,6 @@ def run(job: JobContext) -> Outcome:
         peft_config=peft_config,
         tools=tools or None,
     )
-    vllm = uses_vllm(generation, cuda=cuda, vllm_present=present)
     memory = StepMemory(device, vllm_share=generation.vllm_gpu_memory_utilization if vllm else None)
     generation_seconds: dict[int, float] = {}
     generation_wall: dict[int, tuple[float, float]] = {}
