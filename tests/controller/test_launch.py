@@ -86,6 +86,7 @@ def test_a_pending_attempt_gets_its_spec_token_and_environment(
             "reportSeconds": 1.0,
             "mlflowUri": "http://mlflow.example:5000",
         },
+        "generation": {"engine": "auto", "vllmGpuMemoryUtilization": 0.3, "vllmSleepMode": True},
         "maxSteps": None,
     }
     assert sorted(request.env) == ["AKKA_JOB_BOOTSTRAP", "AKKA_VERL_PYTHON", "TRACEPARENT"]
@@ -155,6 +156,40 @@ def test_a_plain_deployment_runs_the_engines_with_the_runs_own_trace(
     }
     assert sorted(untraced.env) == ["AKKA_JOB_BOOTSTRAP"]
     assert untraced.job_spec["telemetry"]["traceparent"] is None
+    assert request.job_spec["generation"] == {
+        "engine": "auto",
+        "vllmGpuMemoryUtilization": 0.3,
+        "vllmSleepMode": True,
+    }
+
+
+def test_the_deployments_generation_settings_reach_the_job(
+    in_process_factory: Callable[..., InProcessTrainer],
+) -> None:
+    trainer = in_process_factory(
+        {
+            "trainer": {
+                "reinforcement": {
+                    "trl-generation": "vllm",
+                    "vllm-gpu-memory-utilization": 0.5,
+                    "vllm-sleep-mode": False,
+                }
+            }
+        }
+    )
+    with trainer.ctx.db.session() as session:
+        run = add_run(session, phase=Phase.PREPARING)
+        add_claim(session, run)
+        add_attempt(session, run, 1, AttemptState.PENDING)
+
+    request = prepare_launch(trainer.ctx, "r1", 1)
+
+    assert request is not None
+    assert request.job_spec["generation"] == {
+        "engine": "vllm",
+        "vllmGpuMemoryUtilization": 0.5,
+        "vllmSleepMode": False,
+    }
 
 
 def test_a_snapshot_without_training_state_gives_nothing_to_resume(

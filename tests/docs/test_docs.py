@@ -28,6 +28,7 @@ PAGES = [
     "supervised-fine-tuning.md",
     "preference-fine-tuning.md",
     "verl.md",
+    "trl-on-gpus.md",
     "deploy-ray.md",
     "deploy-kubernetes.md",
     "settings.md",

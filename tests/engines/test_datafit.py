@@ -170,3 +170,14 @@ def test_pairs_count_prompts_cut_answers_cut_and_pairs_dropped() -> None:
         "maxSeqLength": 48,
         "promptsTruncated": 2,
     }
+
+
+@pytest.mark.slow  # TRL's own padding-free collator
+def test_a_padding_free_batch_counts_every_token_and_no_padding() -> None:
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    meter = PaddingMeter(DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True))
+    meter([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}])
+    meter([{"input_ids": [5]}, {"input_ids": [8, 9, 10, 11]}])
+
+    assert meter.take(2) == (10, 0.0)

@@ -17,6 +17,8 @@ LIGHT = (
     "akka_training.engines.tasks.preview",
     "akka_training.engines.verl.engine",
     "akka_training.engines.verl.smoke",
+    "akka_training.engines.trl.generation",
+    "akka_training.engines.trl.sft_speed",
     "akka_training.devmodels.catalog",
 )
 

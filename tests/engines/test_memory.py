@@ -14,6 +14,24 @@ from akka_training.engines.memory import (
 MIB = 2**20
 
 
+def test_a_step_that_generates_through_vllm_adds_vllms_share() -> None:
+    split = device_split(
+        peak_allocated=1000 * MIB,
+        peak_reserved=1200 * MIB,
+        weights=600 * MIB,
+        adapter=10 * MIB,
+        optimizer=20 * MIB,
+        device_used=1500 * MIB,
+        torch_reserved=1200 * MIB,
+        generation=150 * MIB,
+        vllm=24_000 * MIB,
+    )
+
+    assert split["memory/vllm"] == 24_000 * MIB
+    parts = ("weights", "adapter", "gradients", "optimizer", "activations")
+    assert sum(split[f"memory/{p}"] for p in parts) == split["memory/peak"] == 1000 * MIB
+
+
 def test_the_device_split_adds_up_to_the_peak() -> None:
     split = device_split(
         peak_allocated=1000 * MIB,

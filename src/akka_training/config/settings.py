@@ -132,6 +132,14 @@ class Reinforcement(_Section):
     image_text: bool = False
     # The interpreter of the verl environment (jobs launch verl with it).
     verl_python: str | None = None
+    # How TRL's GRPO/GSPO generates on a GPU: vllm (TRL's colocate mode), hf (transformers'
+    # generate), or auto (vllm where the job's environment has it). CPU jobs use hf unless
+    # this says vllm (vLLM's CPU build).
+    trl_generation: Literal["auto", "hf", "vllm"] = "auto"
+    # The share of the GPU's memory vLLM takes for its weights and KV cache while it generates.
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=0.95)
+    # Whether vLLM releases its weights and cache during the update (TRL's sleep mode).
+    vllm_sleep_mode: bool = True
 
 
 class Datasets(_Section):

@@ -22,7 +22,14 @@ from akka_training.core.interactive import (
     InteractiveJobSpec,
     InteractiveSettings,
 )
-from akka_training.core.resolved import BOOTSTRAP_ENV, JobSpec, ResumePoint, Settings, Telemetry
+from akka_training.core.resolved import (
+    BOOTSTRAP_ENV,
+    Generation,
+    JobSpec,
+    ResumePoint,
+    Settings,
+    Telemetry,
+)
 from akka_training.core.states import AttemptState, ClaimState
 from akka_training.core.storage import S3Options
 from akka_training.deployment.context import AppContext
@@ -104,6 +111,7 @@ def prepare_launch(
         addresses = job_addresses(settings)
         if run.method == INTERACTIVE_METHOD:
             return _interactive_launch(run, number, claim, addresses, settings, bootstrap)
+        reinforcement = settings.trainer.reinforcement
         spec = JobSpec(
             run_id=run_id,
             attempt=number,
@@ -122,6 +130,11 @@ def prepare_launch(
                 stall_seconds=settings.trainer.controller.stall_seconds,
                 report_seconds=settings.trainer.controller.report_seconds,
                 mlflow_uri=settings.trainer.tracking.mlflow_uri,
+            ),
+            generation=Generation(
+                engine=reinforcement.trl_generation,
+                vllm_gpu_memory_utilization=reinforcement.vllm_gpu_memory_utilization,
+                vllm_sleep_mode=reinforcement.vllm_sleep_mode,
             ),
         )
         envelope = None

@@ -86,6 +86,8 @@ class SftTraining(PlanModel):
     batch_size: Int = Field(8, ge=1, le=limits.INT32_MAX)
     gradient_accumulation: Int = Field(1, ge=1, le=limits.INT32_MAX)
     validation_frequency_steps: Int = Field(50, ge=1, le=limits.INT32_MAX)
+    # None: PyTorch's own kernels. liger: Liger's fused Triton kernels (a GPU with liger-kernel).
+    kernels: Literal["liger"] | None = None
 
 
 class Preference(PlanModel):

@@ -79,6 +79,16 @@ class ResumePoint(PlanModel):
     training_state: str
 
 
+class Generation(PlanModel):
+    """How a TRL reinforcement job generates its rollouts (the deployment's
+    ``trainer.reinforcement`` settings): ``vllm`` through TRL's vLLM colocate mode, ``hf``
+    through transformers' ``generate``, ``auto`` vLLM where the job has a GPU and vLLM."""
+
+    engine: Literal["auto", "hf", "vllm"] = "auto"
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=0.95)
+    vllm_sleep_mode: bool = True
+
+
 class Telemetry(PlanModel):
     collector_endpoint: str | None = None
     traceparent: str | None = None
@@ -112,5 +122,6 @@ class JobSpec(PlanModel):
     settings: Settings
     resume: ResumePoint | None = None
     telemetry: Telemetry = Field(default_factory=Telemetry)
+    generation: Generation = Field(default_factory=Generation)
     # Steps to train in total (known after tokenising only for sft; None until then).
     max_steps: int | None = None

@@ -151,6 +151,12 @@ class PaddingMeter:
         if mask is not None:
             with self._lock:
                 self._batches.append((int(mask.sum()), int(mask.numel())))
+        elif "position_ids" in batch:
+            # A padding-free batch (no padding to the batch's or any multiple's length): one
+            # sequence of the rows end to end, every slot a real token.
+            slots = int(batch["input_ids"].numel())
+            with self._lock:
+                self._batches.append((slots, slots))
         return batch
 
     def take(self, batches: int) -> tuple[int, float | None]:

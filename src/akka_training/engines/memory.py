@@ -8,7 +8,11 @@ peak allocation: activations, temporaries, generation caches), ``memory/allocato
 PyTorch's caching allocator but not allocated at the peak), ``memory/driver`` (used on the device
 outside PyTorch's pool: CUDA context, kernels, NCCL), ``memory/reserved`` and ``memory/peak``
 (the peak reserved and allocated bytes). A reinforcement step adds ``memory/generation``: the
-bytes generation allocated above what it started from (KV cache and sampling buffers).
+bytes generation allocated above what it started from (KV cache and sampling buffers). A step
+that generates through vLLM (TRL's colocate mode) adds ``memory/vllm``: vLLM's share of the
+device, ``vllm_gpu_memory_utilization`` times the device's memory, which vLLM fills with its copy
+of the weights and its KV cache while it generates (with sleep mode it releases both during the
+update, so the update's own figures above do not hold them).
 
 On CPU there is no device split; the step reports ``memory/host_peak``, the process's peak
 resident memory during the step (VmHWM after resetting it through ``/proc/self/clear_refs``).
@@ -32,8 +36,9 @@ class StepMemory:
     """Measures one step at a time: `begin()` when the step starts, `figures()` when it ends.
     `generation_begin()`/`generation_end()` bracket the generation inside a step."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, vllm_share: float | None = None) -> None:
         self.cuda = device.type == "cuda"
+        self._vllm_share = vllm_share
         self._device = device
         self._peak_allocated = 0
         self._peak_reserved = 0
@@ -91,6 +96,7 @@ class StepMemory:
             device_used=total - free,
             torch_reserved=torch.cuda.memory_reserved(self._device),
             generation=self.generation,
+            vllm=None if self._vllm_share is None else int(self._vllm_share * total),
         )
 
     def _fold_peaks(self) -> None:
@@ -112,6 +118,7 @@ def device_split(
     device_used: int,
     torch_reserved: int,
     generation: int | None = None,
+    vllm: int | None = None,
 ) -> dict[str, float]:
     """The split of a step's device peak (see the module docstring). Gradients are one per
     trainable parameter: the Trainer frees them after the optimizer step, before they could be
@@ -132,6 +139,8 @@ def device_split(
     }
     if generation is not None:
         out["memory/generation"] = generation
+    if vllm is not None:
+        out["memory/vllm"] = vllm
     return {k: float(v) for k, v in out.items()}
 
 

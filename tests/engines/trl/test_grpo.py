@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from akka_training.core.resolved import ResumePoint, SourcePin
+from akka_training.core.resolved import Generation, ResumePoint, SourcePin
 from akka_training.rewards.rollouts import read_step_file
 from tests.engines.conftest import ReportServer
 from tests.engines.jobs import make_spec, put_dataset, run_in_process
@@ -273,3 +273,26 @@ def test_a_paused_grpo_run_resumes_from_its_snapshot(
     assert [r["step"] for r in report_server.of("rollouts")] == after
     assert all(s["metrics"]["tokens"] > 0 for s in report_server.of("steps"))
     assert report_server.kinds()[-1] == "finished"
+
+
+def test_a_job_told_to_generate_with_vllm_where_there_is_none_fails_with_what_to_do(
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+) -> None:
+    spec = make_spec(
+        model=catalog["tiny-chat"],
+        dataset=put_dataset(store, "maths", chat_rows(8)),
+        config=rl_config(),
+        trainer_url=report_server.url,
+        store=store,
+    )
+    spec.generation = Generation(engine="vllm")  # the trainer's environment has no vLLM
+
+    assert run_in_process(spec, tmp_path / "job") == 1
+
+    failed = report_server.of("failed")[0]
+    assert failed["code"] == "job-start-failed"
+    assert failed["detail"] == (
+        "trainer.reinforcement.trl-generation is vllm, but the job's Python environment has no "
+        "vLLM: build one with scripts/setup-vllm-env.sh --gpu and run the trainer from it, or "
+        "set trl-generation to auto or hf"
+    )

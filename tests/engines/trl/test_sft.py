@@ -389,3 +389,26 @@ def test_a_continuation_carries_on_with_the_source_snapshots_training_state(
     assert sorted(losses) == [3, 4]
     for step, loss in losses.items():
         assert loss == pytest.approx(source_losses[step], abs=1e-4)
+
+
+def test_liger_kernels_on_a_cpu_fail_the_job_at_its_start_with_what_to_change(
+    catalog: dict[str, dict[str, Any]], report_server: ReportServer, store: Any, tmp_path: Path
+) -> None:
+    config = {**SFT, "hyperparams": {**SFT["hyperparams"], "training": {"kernels": "liger"}}}
+    spec = make_spec(
+        model=catalog["tiny-chat"],
+        dataset=put_dataset(store, "maths", chat_rows(8)),
+        config=config,
+        trainer_url=report_server.url,
+        store=store,
+    )
+
+    assert run_in_process(spec, tmp_path / "job") == 1
+
+    failed = report_server.of("failed")[0]
+    assert failed["code"] == "job-start-failed"
+    assert failed["detail"] == (
+        "config.hyperparams.training.kernels is liger, but this job runs on a CPU and Liger's "
+        "kernels run on GPUs only: remove kernels from the plan or run it on a GPU pool"
+    )
+    assert "training" not in report_server.kinds()

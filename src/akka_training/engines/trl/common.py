@@ -79,17 +79,19 @@ def is_image_text(settings: Settings) -> bool:
 
 
 def load_base_model(
-    settings: Settings, device: torch.device
+    settings: Settings, device: torch.device, attn_implementation: str | None = None
 ) -> tuple[PreTrainedModel, ProcessingClass]:
     """The base model (random weights in tests, real ones in production) and its tokenizer, or
-    for an image-text model its processor."""
+    for an image-text model its processor. `attn_implementation` None keeps transformers'
+    choice."""
     path = settings.base_model.path
     dtype = _DTYPES[precision(settings, device)]
+    attention = {"attn_implementation": attn_implementation} if attn_implementation else {}
     if is_image_text(settings):
-        model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
+        model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, **attention)
         processing: ProcessingClass = AutoProcessor.from_pretrained(path)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **attention)
         processing = AutoTokenizer.from_pretrained(path)
     return model, processing
 

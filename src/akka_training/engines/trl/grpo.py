@@ -61,6 +61,7 @@ from akka_training.engines.trl.common import (
     training_device,
     warmup_steps,
 )
+from akka_training.engines.trl.generation import generation_args, uses_vllm, vllm_installed
 from akka_training.engines.trl.rewards import StepRewards
 from akka_training.engines.trl.steps import StepOutput, StepReporting
 from akka_training.engines.trl.tools import ToolCounters, load_tools
@@ -170,6 +171,11 @@ def run(job: JobContext) -> Outcome:
     clip = rl.clip or CLIP_BY_METHOD[method]
     device = training_device()
     image_text = is_image_text(settings)
+    # How it generates, decided (or refused) before anything is loaded.
+    generation = job.spec.generation
+    cuda = device.type == "cuda"
+    present = generation.engine != "hf" and vllm_installed()
+    vllm = uses_vllm(generation, cuda=cuda, vllm_present=present)
 
     # Model, tools and prompts
     model, processing = load_base_model(settings, device)
@@ -216,6 +222,9 @@ def run(job: JobContext) -> Outcome:
         weight_decay=rl.optimizer.weight_decay,
         warmup_steps=warmup_steps(rl.optimizer.warmup_ratio, schedule),
         **_method_args(method),
+        **generation_args(
+            generation, cuda=cuda, vllm_present=present, max_model_length=max_seq_length(settings)
+        ),
     )
     rewards = StepRewards(
         scorer,
@@ -236,7 +245,7 @@ def run(job: JobContext) -> Outcome:
         peft_config=peft_config,
         tools=tools or None,
     )
-    memory = StepMemory(device)
+    memory = StepMemory(device, vllm_share=generation.vllm_gpu_memory_utilization if vllm else None)
     generation_seconds: dict[int, float] = {}
     generation_wall: dict[int, tuple[float, float]] = {}
     # Generation is timed by wrapping the trainer's private `_generate`: TRL 1.16 has no

@@ -9,6 +9,7 @@ completion of prompt/completion rows.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from datasets import Dataset
 from transformers import TrainerCallback, TrainerState
 from trl.trainer.sft_config import SFTConfig
-from trl.trainer.sft_trainer import SFTTrainer
+from trl.trainer.sft_trainer import DataCollatorForLanguageModeling, SFTTrainer
 
 from akka_training.core.plans import SftHyperparams
 from akka_training.core.reports import JobSummary, TrainingReport
@@ -42,6 +43,14 @@ from akka_training.engines.trl.common import (
     steps_for,
     training_device,
     warmup_steps,
+)
+from akka_training.engines.trl.sft_speed import (
+    SftSpeed,
+    activation_bytes,
+    flash_attention_installed,
+    liger_installed,
+    sft_speed,
+    weight_bytes,
 )
 from akka_training.engines.trl.steps import StepOutput, StepReporting
 
@@ -84,9 +93,10 @@ def run(job: JobContext) -> Outcome:
     device = training_device()
     image_text = is_image_text(settings)
 
-    # Model and data
-    model, processing = load_base_model(settings, device)
+    # Model, the fast path on a GPU, and data
     max_length = max_seq_length(settings)
+    speed = _speed(settings, hp, device, max_length)
+    model, processing = load_base_model(settings, device, speed.attn_implementation)
     examples = sft_examples(read_rows(job.store, settings.dataset.blob), image_text=image_text)
     fit = sft_data_fit(examples, processing, max_length)
     _check_fit(fit)
@@ -120,6 +130,8 @@ def run(job: JobContext) -> Outcome:
         assistant_only_loss="messages" in examples[0],
         eval_strategy="steps" if eval_examples else "no",
         eval_steps=training.validation_frequency_steps if eval_examples else None,
+        use_liger_kernel=speed.liger,
+        **_checkpointing(speed),
     )
     trainer = SFTTrainer(
         model=trainable,
@@ -131,6 +143,13 @@ def run(job: JobContext) -> Outcome:
     )
     if schedule > total_steps:
         trainer.add_callback(StopAt(total_steps))
+    if speed.padding_free:
+        # TRL prepared (cut and dropped) the rows as for padded batches; only the batches change.
+        collator = trainer.data_collator
+        assert isinstance(collator, DataCollatorForLanguageModeling)  # TRL's, for text rows
+        trainer.data_collator = dataclasses.replace(
+            collator, padding_free=True, pad_to_multiple_of=None
+        )
     padding = PaddingMeter(trainer.data_collator)
     trainer.data_collator = padding
     trainer.add_callback(TrainingCollatorOnly(trainer))
@@ -181,6 +200,40 @@ class TrainingCollatorOnly(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if isinstance(self.trainer.data_collator, PaddingMeter):
             self.trainer.data_collator = self.trainer.data_collator.collator
+
+
+def _speed(settings: Any, hp: SftHyperparams, device: Any, max_length: int) -> SftSpeed:
+    """The run's fast path (`sft_speed`), from the device, the installed kernels and the model's
+    shape."""
+    cuda = device.type == "cuda"
+    weights = activations = total = 0
+    if cuda:
+        import torch
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(settings.base_model.path).get_text_config()
+        hidden = int(getattr(config, "hidden_size", 0) or 0)
+        layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+        vocab = int(getattr(config, "vocab_size", 0) or 0)
+        weights = weight_bytes(hidden, layers, vocab)
+        activations = activation_bytes(hp.training.batch_size, max_length, hidden, layers)
+        total = torch.cuda.get_device_properties(device).total_memory
+    return sft_speed(
+        hp.training.kernels,
+        cuda=cuda,
+        image_text=is_image_text(settings),
+        flash_attention=cuda and flash_attention_installed(),
+        liger=liger_installed(),
+        weight_bytes=weights,
+        activations=activations,
+        device_bytes=total,
+    )
+
+
+def _checkpointing(speed: SftSpeed) -> dict[str, Any]:
+    if speed.gradient_checkpointing is None:
+        return {}
+    return {"gradient_checkpointing": speed.gradient_checkpointing}
 
 
 def _check_fit(fit: DataFit) -> None:
