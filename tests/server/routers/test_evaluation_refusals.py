@@ -54,7 +54,7 @@ def test_an_unknown_metric_hides_none_of_the_plans_other_problems(
         (
             "metrics[0].kind",
             "metrics[0]: there is no metric 'bleu'; set kind to one of: match, regex, length, "
-            "judge, http, rule, loss, pass@k.",
+            "judge, http, rule, loss, pass@k, preference.",
         ),
         (
             "metrics[2]",
