@@ -14,4 +14,5 @@ TASKS: dict[str, str] = {
     "regrade": "akka_training.engines.tasks.regrade:regrade",
     "preview": "akka_training.engines.tasks.preview:preview",
     "evaluate": "akka_training.engines.tasks.evaluate:evaluate",
+    "serve": "akka_training.engines.tasks.serve:serve",
 }

@@ -39,10 +39,15 @@ class TaskReporter:
     def started(self, placement: Placement) -> None:
         self._post("started", TaskStartedReport(placement=placement).to_json())
 
-    def progress(self, message: str, done: float | None = None, total: float | None = None) -> None:
-        self._post(
-            "progress", TaskProgressReport(message=message, done=done, total=total).to_json()
-        )
+    def progress(
+        self,
+        message: str,
+        done: float | None = None,
+        total: float | None = None,
+        address: str | None = None,
+    ) -> None:
+        report = TaskProgressReport(message=message, done=done, total=total, address=address)
+        self._post("progress", report.to_json())
 
     def finished(self, result: dict[str, Any]) -> None:
         self._post("finished", TaskFinishedReport(result=result).to_json())
