@@ -25,9 +25,11 @@ from akka_training.server.routers import (
     capacity,
     catalog,
     datasets,
+    endpoints,
     evaluations,
     grafana,
     jobs,
+    openai,
     pipelines,
     projects,
     regrades,
@@ -55,6 +57,8 @@ ROUTERS = (
     tasks,
     evaluations,
     grafana,
+    endpoints,
+    openai,
 )
 
 

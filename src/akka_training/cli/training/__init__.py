@@ -29,6 +29,12 @@ _NOUNS = [
         "evaluations",
         "Score adapters on held-out datasets and compare the scores.",
     ),
+    (
+        "endpoints",
+        "endpoint",
+        "endpoints",
+        "Serve a base model and adapters over the OpenAI API.",
+    ),
 ]
 
 NOUNS: dict[str, Lazy] = {}

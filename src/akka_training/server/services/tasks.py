@@ -69,6 +69,16 @@ def current(session: Session, key: str) -> Task | None:
     )
 
 
+def current_open(session: Session, key: str) -> Task | None:
+    """The newest task making `key` that is still pending or running."""
+    return session.scalar(
+        select(Task)
+        .where(Task.key == key, Task.state.in_([TaskState.PENDING, TaskState.RUNNING]))
+        .order_by(desc(Task.created_at))
+        .limit(1)
+    )
+
+
 def get(session: Session, principal: Principal, task_id: str) -> TaskRecord:
     return task_record(task_for(session, principal, task_id))
 
@@ -163,7 +173,7 @@ def task_record(task: Task) -> TaskRecord:
         state=task.state,
         requested=task.requested,
         pool=task.pool,
-        progress=TaskProgress.model_validate(task.progress) if task.progress else None,
+        progress=_progress(task.progress),
         result=task.result,
         failure=task.failure,
         failure_detail=task.last_error if task.state == TaskState.FAILED else None,
@@ -171,3 +181,10 @@ def task_record(task: Task) -> TaskRecord:
         started_at=task.started_at,
         ended_at=task.ended_at,
     )
+
+
+def _progress(progress: dict[str, Any] | None) -> TaskProgress | None:
+    """The progress a user reads (an endpoint's address is the front door's, not theirs)."""
+    if not progress:
+        return None
+    return TaskProgress.model_validate({k: v for k, v in progress.items() if k != "address"})

@@ -1,0 +1,149 @@
+"""Endpoints through the real service, its controller and the local backend, called with the
+official `openai` SDK: a run's adapter and the base model served by one endpoint, answered
+whole and streamed (usage in the last chunk), greedy answers equal to PEFT's own generation,
+503 with Retry-After while the endpoint starts, 404 for another project's token, and the
+endpoint deleted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
+
+from akka_training.testing.service import TrainerProcess
+from akka_training.testing.waiting import until
+from tests.integration.helpers import ensure_project, register_dataset, sft_plan, start_run
+
+pytestmark = pytest.mark.slow
+
+QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "What is 2 + 3?"}]
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory: pytest.TempPathFactory, dev_models: Path) -> Any:
+    t = TrainerProcess(
+        tmp_path_factory.mktemp("endpoints"),
+        {
+            "trainer": {
+                "dev-models-dir": str(dev_models),
+                "controller": {"interval-seconds": 0.2},
+                "pools": [{"name": "default", "accelerator": "cpu", "devices": 2}],
+            }
+        },
+    ).start()
+    ensure_project(t, "demo")
+    ensure_project(t, "other")
+    register_dataset(t, "demo/sums")
+    yield t
+    t.close()
+
+
+@pytest.fixture(scope="module")
+def run_id(trainer: TrainerProcess) -> str:
+    run = start_run(trainer, sft_plan("demo", "demo/sums", steps=4))
+    trainer.cli("training", "runs", "wait", run, timeout=600)
+    return run
+
+
+def tokens(trainer: TrainerProcess) -> dict[str, str]:
+    with trainer.client() as admin:
+        return {p: admin.create_token(f"{p}-key", [p]).token for p in ("demo", "other")}
+
+
+def test_an_endpoint_serves_a_run_and_its_base_through_the_openai_sdk(
+    trainer: TrainerProcess, run_id: str
+) -> None:
+    keys = tokens(trainer)
+    created = trainer.cli_json(
+        "training",
+        "endpoints",
+        "create",
+        "chat",
+        "--base",
+        "tiny-chat",
+        "--adapter",
+        run_id,
+        "--project",
+        "demo",
+    )
+    assert created["phase"] in ("QUEUED", "STARTING")
+    assert [a["name"] for a in created["adapters"]] == [run_id]
+
+    # While it starts, a request is told to come back.
+    early = httpx.post(
+        f"{trainer.url}/openai/v1/chat/completions",
+        headers={"Authorization": f"Bearer {keys['demo']}"},
+        json={"model": run_id, "messages": QUESTION},
+    )
+    if early.status_code == 503:
+        assert early.headers["Retry-After"] == "5"
+        assert "is starting" in early.json()["error"]["message"]
+
+    until(
+        lambda: (
+            trainer.cli_json("training", "endpoints", "get", "chat", "--project", "demo")["phase"]
+            == "READY"
+        ),
+        what="the endpoint to be READY",
+        timeout=180,
+        detail=lambda: trainer.log()[-3000:],
+    )
+    client = openai.OpenAI(base_url=f"{trainer.url}/openai/v1", api_key=keys["demo"])
+
+    whole = client.chat.completions.create(
+        model=run_id,
+        messages=QUESTION,
+        max_tokens=8,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    assert whole.model == run_id
+    assert whole.usage is not None and whole.usage.completion_tokens > 0
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+    content = whole.choices[0].logprobs
+    assert content is not None and content.content is not None
+    assert all(len(t.top_logprobs) == 2 for t in content.content)
+
+    # Streamed, the same greedy answer arrives in pieces, the usage in the last chunk.
+    pieces, last = [], None
+    stream = client.chat.completions.create(
+        model=run_id, messages=QUESTION, max_tokens=8, temperature=0, stream=True
+    )
+    for chunk in stream:
+        assert isinstance(chunk, ChatCompletionChunk)
+        last = chunk
+        pieces += [c.delta.content or "" for c in chunk.choices]
+    assert "".join(pieces) == whole.choices[0].message.content
+    assert last is not None and last.usage is not None
+    assert last.usage.completion_tokens == whole.usage.completion_tokens
+
+    # The base model answers too, and differently from the adapter.
+    base = client.completions.create(model="tiny-chat", prompt="2 + 3 =", max_tokens=6, n=2)
+    assert len(base.choices) == 2
+    models = {m.id for m in client.models.list()}
+    assert {"tiny-chat", run_id} <= models
+
+    # Another project's token finds no such model.
+    other = openai.OpenAI(base_url=f"{trainer.url}/openai/v1", api_key=keys["other"])
+    with pytest.raises(openai.NotFoundError) as refused:
+        other.chat.completions.create(model=run_id, messages=QUESTION)
+    assert "no endpoint of your projects serves it" in str(refused.value)
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{trainer.url}/openai/v1", api_key="nope").models.list()
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(model=run_id, messages=QUESTION, temperature=-1)
+    assert "temperature must be 0 or more" in str(bad.value)
+
+    trainer.cli("training", "endpoints", "delete", "chat", "--project", "demo")
+    until(
+        lambda: trainer.cli_json("training", "endpoints", "list", "--all")[0]["phase"] == "STOPPED",
+        what="the endpoint to stop",
+        timeout=60,
+    )
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model=run_id, messages=QUESTION)
