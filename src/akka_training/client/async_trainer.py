@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import akka_training.api.capacity
     import akka_training.api.catalog
     import akka_training.api.datasets
+    import akka_training.api.endpoints
     import akka_training.api.evaluations
     import akka_training.api.grafana
     import akka_training.api.pipelines
@@ -209,6 +210,26 @@ class AsyncTrainerClient(AsyncBase):
             )
         )
 
+    async def create_endpoint(
+        self,
+        project: str,
+        name: str,
+        base_model: str,
+        adapters: list[str] | None = None,
+        gpus: int = 1,
+        pool: str | None = None,
+    ) -> api.endpoints.EndpointRecord:
+        return await self._run(
+            lambda: self.client.create_endpoint(
+                project=project,
+                name=name,
+                base_model=base_model,
+                adapters=adapters,
+                gpus=gpus,
+                pool=pool,
+            )
+        )
+
     async def create_project(
         self,
         name: str,
@@ -239,6 +260,9 @@ class AsyncTrainerClient(AsyncBase):
     async def datasets(self, project: str | None = None) -> list[api.datasets.DatasetSummary]:
         return await self._run(lambda: self.client.datasets(project=project))
 
+    async def delete_endpoint(self, project: str, name: str) -> api.endpoints.EndpointRecord:
+        return await self._run(lambda: self.client.delete_endpoint(project=project, name=name))
+
     async def download_adapter(
         self,
         run: str,
@@ -268,6 +292,16 @@ class AsyncTrainerClient(AsyncBase):
                 manifest=manifest, dest=dest, overwrite=overwrite, progress=progress, task=task
             )
         )
+
+    async def endpoint(self, project: str, name: str) -> api.endpoints.EndpointRecord:
+        return await self._run(lambda: self.client.endpoint(project=project, name=name))
+
+    async def endpoints(
+        self,
+        project: str | None = None,
+        all: bool = False,
+    ) -> list[api.endpoints.EndpointRecord]:
+        return await self._run(lambda: self.client.endpoints(project=project, all=all))
 
     async def envelopes(self) -> list[api.catalog.CatalogEnvelope]:
         return await self._run(lambda: self.client.envelopes())
