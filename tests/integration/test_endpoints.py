@@ -6,11 +6,13 @@ endpoint deleted."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
+import psutil
 import pytest
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
@@ -147,3 +149,101 @@ def test_an_endpoint_serves_a_run_and_its_base_through_the_openai_sdk(
     )
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model=run_id, messages=QUESTION)
+
+
+def peft_greedy_text(trainer: TrainerProcess, run: str, prompt_ids: list[int], tokens: int) -> str:
+    """What PEFT's own greedy generation says with the run's downloaded adapter."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = trainer.home / f"download-{run}"
+    trainer.cli("training", "runs", "download", run, "--dir", str(target))
+    base = Path(trainer.cli_json("training", "base-models", "get", "tiny-chat")["path"])
+    model: Any = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(str(base)), str(target)
+    )
+    ids = torch.tensor([prompt_ids])
+    out = model.generate(
+        ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=tokens
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    return str(tokenizer.decode(out[0, len(prompt_ids) :], skip_special_tokens=True))
+
+
+def job_process(trainer: TrainerProcess, endpoint_id: str) -> psutil.Process:
+    """The endpoint's job: the newest launch's child of the local runner."""
+    launches = sorted((trainer.home / "jobs" / endpoint_id).glob("*/handle.json"))
+    runner = psutil.Process(json.loads(launches[-1].read_text())["pid"])
+    children = runner.children(recursive=True)
+    assert children, "the runner has no job process"
+    return children[0]
+
+
+def test_adapters_come_and_go_and_a_killed_job_comes_back(
+    trainer: TrainerProcess, run_id: str
+) -> None:
+    keys = tokens(trainer)
+    created = trainer.cli_json(
+        "training", "endpoints", "create", "live", "--base", "tiny-chat", "--project", "demo"
+    )
+
+    def ready() -> bool:
+        got = trainer.cli_json("training", "endpoints", "get", "live", "--project", "demo")
+        return bool(got["phase"] == "READY")
+
+    until(ready, what="the endpoint to be READY", timeout=180, detail=lambda: trainer.log()[-3000:])
+    client = openai.OpenAI(base_url=f"{trainer.url}/openai/v1", api_key=keys["demo"], max_retries=0)
+
+    # An adapter added while the endpoint serves answers once its job has loaded it, with what
+    # PEFT's own greedy generation gives.
+    added = trainer.cli_json(
+        "training", "endpoints", "add-adapter", "live", run_id, "--project", "demo"
+    )
+    assert [a["name"] for a in added["adapters"]] == [run_id]
+    answer = until(
+        lambda: client.completions.create(
+            model=run_id, prompt="What is 2 + 3?", max_tokens=8, temperature=0
+        ),
+        what="the added adapter to answer",
+        ignoring=(openai.NotFoundError,),
+        timeout=60,
+    )
+    prompt_ids = _prompt_ids(trainer, "What is 2 + 3?")
+    assert answer.choices[0].text == peft_greedy_text(trainer, run_id, prompt_ids, 8)
+
+    removed = trainer.cli_json(
+        "training", "endpoints", "remove-adapter", "live", run_id, "--project", "demo"
+    )
+    assert removed["adapters"] == []
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model=run_id, prompt="hi", max_tokens=2)
+
+    # kill -9 of the endpoint's job: the controller launches it again; meanwhile a request is
+    # told to retry, and afterwards it is answered.
+    job_process(trainer, created["id"]).kill()
+    refused = until(
+        lambda: _status_of(trainer, keys["demo"]),
+        what="a request during the restart to get 503",
+        timeout=60,
+    )
+    assert refused.headers["Retry-After"] == "5"
+    until(ready, what="the endpoint to be READY again", timeout=180)
+    again = client.completions.create(model="tiny-chat", prompt="hi", max_tokens=2)
+    assert again.usage is not None and again.usage.completion_tokens > 0
+
+
+def _status_of(trainer: TrainerProcess, key: str) -> httpx.Response | None:
+    response = httpx.post(
+        f"{trainer.url}/openai/v1/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": "tiny-chat", "prompt": "hi", "max_tokens": 2},
+    )
+    return response if response.status_code == 503 else None
+
+
+def _prompt_ids(trainer: TrainerProcess, text: str) -> list[int]:
+    from transformers import AutoTokenizer
+
+    base = trainer.cli_json("training", "base-models", "get", "tiny-chat")["path"]
+    return [int(i) for i in AutoTokenizer.from_pretrained(base)(text)["input_ids"]]

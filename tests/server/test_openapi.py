@@ -69,6 +69,8 @@ ERRORS: dict[tuple[str, str], set[int]] = {
     ("get", "/v1/endpoints"): {401, 403},
     ("get", "/v1/endpoints/{project}/{name}"): {401, 403, 404},
     ("delete", "/v1/endpoints/{project}/{name}"): {401, 403, 404, 409},
+    ("post", "/v1/endpoints/{project}/{name}/adapters"): {400, 401, 403, 404, 409},
+    ("delete", "/v1/endpoints/{project}/{name}/adapters/{adapter}"): {401, 403, 404},
     ("get", "/v1/tasks"): {401, 403},
     ("get", "/v1/tasks/{task_id}"): {401, 403, 404},
     ("post", "/v1/tasks/{task_id}/cancel"): {401, 403, 404, 409},

@@ -19,6 +19,10 @@ class EndpointCreate(RequestBody):
     pool: str | None = None
 
 
+class EndpointAdapterRef(RequestBody):
+    adapter: str = Field(description="RUN (its final adapter), RUN:SNAPSHOT or a modelName.")
+
+
 class EndpointAdapter(ResponseBody):
     name: str = Field(description="What a request's model names: the run, or RUN:SNAPSHOT.")
     run: str

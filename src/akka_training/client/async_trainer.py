@@ -47,6 +47,16 @@ class AsyncTrainerClient(AsyncBase):
             lambda: self.client.adapter_manifest(run_ref=run_ref, snapshot=snapshot)
         )
 
+    async def add_endpoint_adapter(
+        self,
+        project: str,
+        name: str,
+        adapter: str,
+    ) -> api.endpoints.EndpointRecord:
+        return await self._run(
+            lambda: self.client.add_endpoint_adapter(project=project, name=name, adapter=adapter)
+        )
+
     async def base_model(self, model_id: str) -> api.catalog.BaseModelDetail:
         return await self._run(lambda: self.client.base_model(model_id=model_id))
 
@@ -449,6 +459,16 @@ class AsyncTrainerClient(AsyncBase):
             lambda: self.client.regrade_run(
                 run_ref=run_ref, reward=reward, from_step=from_step, to_step=to_step
             )
+        )
+
+    async def remove_endpoint_adapter(
+        self,
+        project: str,
+        name: str,
+        adapter: str,
+    ) -> api.endpoints.EndpointRecord:
+        return await self._run(
+            lambda: self.client.remove_endpoint_adapter(project=project, name=name, adapter=adapter)
         )
 
     async def request(

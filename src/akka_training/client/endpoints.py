@@ -43,5 +43,26 @@ class EndpointsApi(BaseClient):
     def endpoint(self, project: str, name: str) -> api.endpoints.EndpointRecord:
         return self.call(api.endpoints.EndpointRecord, "GET", f"/v1/endpoints/{project}/{name}")
 
+    def add_endpoint_adapter(
+        self, project: str, name: str, adapter: str
+    ) -> api.endpoints.EndpointRecord:
+        """Serve one more adapter on the endpoint, without a restart."""
+        body = api.endpoints.EndpointAdapterRef(adapter=adapter).to_json()
+        return self.call(
+            api.endpoints.EndpointRecord,
+            "POST",
+            f"/v1/endpoints/{project}/{name}/adapters",
+            json=body,
+        )
+
+    def remove_endpoint_adapter(
+        self, project: str, name: str, adapter: str
+    ) -> api.endpoints.EndpointRecord:
+        return self.call(
+            api.endpoints.EndpointRecord,
+            "DELETE",
+            f"/v1/endpoints/{project}/{name}/adapters/{adapter}",
+        )
+
     def delete_endpoint(self, project: str, name: str) -> api.endpoints.EndpointRecord:
         return self.call(api.endpoints.EndpointRecord, "DELETE", f"/v1/endpoints/{project}/{name}")

@@ -48,7 +48,7 @@ class ServeParams(PlanModel):
     base_model: BaseModelPin
     adapters: list[ServedAdapter] = Field(default_factory=list)
     # How often the job tells the service it still serves (seconds).
-    heartbeat_seconds: float = 10.0
+    heartbeat_seconds: float = 2.0
 
 
 def endpoint_key(project: str, name: str) -> str:

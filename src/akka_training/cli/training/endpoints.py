@@ -50,6 +50,32 @@ def get(name: str = NAME, project: str = PROJECT) -> None:
     emit(state.client().endpoint(state.project(project), name), _print_endpoint)
 
 
+@app.command("add-adapter")
+def add_adapter(
+    name: str = NAME,
+    adapter: str = typer.Argument(..., help="RUN, RUN:SNAPSHOT or a modelName."),
+    project: str = PROJECT,
+) -> None:
+    """Serve one more adapter; the endpoint loads it without a restart."""
+    emit(
+        state.client().add_endpoint_adapter(state.project(project), name, adapter),
+        _print_endpoint,
+    )
+
+
+@app.command("remove-adapter")
+def remove_adapter(
+    name: str = NAME,
+    adapter: str = typer.Argument(..., help="The adapter's name or alias, as `get` lists."),
+    project: str = PROJECT,
+) -> None:
+    """Stop serving an adapter; the endpoint drops it without a restart."""
+    emit(
+        state.client().remove_endpoint_adapter(state.project(project), name, adapter),
+        _print_endpoint,
+    )
+
+
 @app.command("delete")
 def delete(name: str = NAME, project: str = PROJECT) -> None:
     """Stop an endpoint; its devices go back to the pool. On a terminal it asks first."""

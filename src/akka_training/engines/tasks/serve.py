@@ -1,12 +1,15 @@
 """The endpoint task (`core.serving`): load the base model and the endpoint's adapters into
 the generation engine, serve the OpenAI API on this host, tell the service the address, and
-keep telling it until the endpoint is deleted (the report's answer says stop).
+keep telling it until the endpoint is deleted (the report's answer says stop). Each answer
+carries the endpoint's parameters as they are now: an adapter added to the endpoint is loaded,
+one removed is dropped, while the server runs.
 
 The server listens on the address ``AKKA_ENDPOINT_HOST`` names (default 127.0.0.1: the local
 backend's trainer is on this host; on a cluster the node's address)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -15,7 +18,7 @@ from typing import Any
 
 import torch
 
-from akka_training.core.serving import ServeParams
+from akka_training.core.serving import ServedAdapter, ServeParams
 from akka_training.core.tasks import base_model_unavailable
 from akka_training.engines.failures import SourceUnavailable
 from akka_training.engines.generation.engine import GenerationEngine
@@ -27,6 +30,8 @@ from akka_training.engines.tasks.reporter import TaskCancelled
 
 HOST_ENV = "AKKA_ENDPOINT_HOST"
 
+log = logging.getLogger(__name__)
+
 
 def serve(task: TaskContext, stop: threading.Event | None = None) -> dict[str, Any]:
     params = ServeParams.model_validate(task.spec.params)
@@ -37,32 +42,49 @@ def serve(task: TaskContext, stop: threading.Event | None = None) -> dict[str, A
             base_model_unavailable(base.id, base.path, f"node {socket.gethostname()}", None)
         )
     task.progress(f"loading the base model {base.id}")
-    device = "cuda" if task.placement is not None and task.placement.gpus else "cpu"
-    engine = GenerationEngine(Path(base.path), device=_device(device))
+    on_gpu = task.placement is not None and bool(task.placement.gpus)
+    engine = GenerationEngine(Path(base.path), device=_device(on_gpu))
     for adapter in params.adapters:
         task.progress(f"loading the adapter {adapter.name}")
-        try:
-            directory = download_adapter(
-                task.store,
-                adapter.weights,
-                task.workdir / "adapters" / adapter.name.replace(":", "_"),
-            )
-        except SourceUnavailable as exc:
-            raise TaskError(f"the adapter {adapter.name} could not be read: {exc}") from exc
-        engine.add_adapter(adapter.name, directory)
+        engine.add_adapter(adapter.name, _fetch(task, adapter))
     server = EndpointServer(engine, os.environ.get(HOST_ENV, "127.0.0.1")).start()
     stop = stop or threading.Event()
     try:
         while True:
-            task.reporter.progress("serving", address=server.address)
+            answer = task.reporter.progress("serving", address=server.address)
+            if answer.get("params"):
+                follow(task, engine, ServeParams.model_validate(answer["params"]))
             if stop.wait(params.heartbeat_seconds):
                 break
     except TaskCancelled:
         pass
     finally:
         server.close()
-    return {"served": [a.name for a in params.adapters]}
+    return {"served": sorted(engine.adapters)}
 
 
-def _device(wanted: str) -> str:
-    return wanted if wanted == "cpu" or torch.cuda.is_available() else "cpu"
+def follow(task: TaskContext, engine: GenerationEngine, params: ServeParams) -> None:
+    """Load the adapters `params` names that `engine` lacks, and drop those it no longer
+    names. An adapter that cannot be read is left out (and logged), the others still serve."""
+    wanted = {a.name: a for a in params.adapters}
+    for name in set(engine.adapters) - set(wanted):
+        engine.remove_adapter(name)
+    for name, adapter in wanted.items():
+        if name in engine.adapters:
+            continue
+        try:
+            engine.add_adapter(name, _fetch(task, adapter))
+        except TaskError as exc:
+            log.error("%s", exc.message)
+
+
+def _fetch(task: TaskContext, adapter: ServedAdapter) -> Path:
+    target = task.workdir / "adapters" / adapter.name.replace(":", "_")
+    try:
+        return download_adapter(task.store, adapter.weights, target)
+    except SourceUnavailable as exc:
+        raise TaskError(f"the adapter {adapter.name} could not be read: {exc}") from exc
+
+
+def _device(on_gpu: bool) -> str:
+    return "cuda" if on_gpu and torch.cuda.is_available() else "cpu"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from akka_training.api.endpoints import EndpointCreate, EndpointRecord
+from akka_training.api.endpoints import EndpointAdapterRef, EndpointCreate, EndpointRecord
 from akka_training.server.deps import Caller, Ctx, Db
 from akka_training.server.openapi import errors
 from akka_training.server.routes import SessionEndingRoute
@@ -36,6 +36,20 @@ def list_endpoints(
 @router.get("/{project}/{name}", responses=errors(*_LOOKUP))
 def get(project: str, name: str, db: Db, caller: Caller) -> EndpointRecord:
     return service.get(db, caller, project, name)
+
+
+@router.post("/{project}/{name}/adapters", responses=errors(*_LOOKUP, 400, 409))
+def add_adapter(
+    project: str, name: str, body: EndpointAdapterRef, db: Db, caller: Caller
+) -> EndpointRecord:
+    """Serve one more adapter (RUN, RUN:SNAPSHOT or a modelName) without a restart."""
+    return service.add_adapter(db, caller, project, name, body.adapter)
+
+
+@router.delete("/{project}/{name}/adapters/{adapter}", responses=errors(*_LOOKUP))
+def remove_adapter(project: str, name: str, adapter: str, db: Db, caller: Caller) -> EndpointRecord:
+    """Stop serving an adapter, by the name or an alias the endpoint lists."""
+    return service.remove_adapter(db, caller, project, name, adapter)
 
 
 @router.delete("/{project}/{name}", responses=errors(*_LOOKUP, 409))

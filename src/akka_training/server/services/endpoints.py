@@ -26,7 +26,7 @@ from akka_training.server.services import tasks
 from akka_training.server.services.lookups import find_run
 from akka_training.server.services.plans import catalog_model, model_pin
 from akka_training.storage.models import Run, Snapshot, Task
-from akka_training.storage.transitions import open_task_claim, task_claim
+from akka_training.storage.transitions import lock_task, open_task_claim, task_claim
 
 OPEN = (TaskState.PENDING, TaskState.RUNNING)
 
@@ -103,6 +103,43 @@ def delete(session: Session, principal: Principal, project: str, name: str) -> E
     task = endpoint_for(session, principal, project, name)
     tasks.cancel(session, principal, task.id)
     return record(session, task)
+
+
+def add_adapter(
+    session: Session, principal: Principal, project: str, name: str, ref: str
+) -> EndpointRecord:
+    """Serve one more adapter on the endpoint; its job loads it while it serves."""
+    task = _locked(session, principal, project, name)
+    params = ServeParams.model_validate(task.params)
+    body = EndpointCreate(project=project, name=name, base_model=params.base_model.id)
+    adapter = _adapter(session, principal, body, ref)
+    if any(a.name == adapter.name for a in params.adapters):
+        raise Conflict(f"Endpoint {name} serves {adapter.name} already.")
+    params.adapters.append(adapter)
+    task.params = params.to_json()
+    return record(session, task)
+
+
+def remove_adapter(
+    session: Session, principal: Principal, project: str, name: str, ref: str
+) -> EndpointRecord:
+    """Stop serving an adapter (by its name or an alias); its job drops it while it serves."""
+    task = _locked(session, principal, project, name)
+    params = ServeParams.model_validate(task.params)
+    kept = [a for a in params.adapters if ref != a.name and ref not in a.aliases]
+    if len(kept) == len(params.adapters):
+        served = ", ".join(a.name for a in params.adapters) or "none"
+        raise NotFound(f"Endpoint {name} does not serve {ref!r}; it serves: {served}.")
+    params.adapters = kept
+    task.params = params.to_json()
+    return record(session, task)
+
+
+def _locked(session: Session, principal: Principal, project: str, name: str) -> Task:
+    task = lock_task(session, endpoint_for(session, principal, project, name).id)
+    if task is None or task.state not in OPEN:
+        raise NotFound(f"Project {project} has no endpoint {name!r}.")
+    return task
 
 
 def endpoint_for(session: Session, principal: Principal, project: str, name: str) -> Task:
