@@ -48,6 +48,14 @@ RUN = {
     ("docs/datasets.md", "akka training datasets list [--project maths]"),
     ("docs/grafana.md", "mkdir -p dashboards/maths"),
     ("docs/start-a-run.md", "akka training runs list [--phase open|TRAINING|…]"),
+    (
+        "docs/talk-to-your-adapter.md",
+        "akka training endpoints create chat --base tiny-chat --adapter RUN --project maths",
+    ),
+    (
+        "docs/talk-to-your-adapter.md",
+        "akka training endpoints add-adapter chat RUN:step-20 --project maths",
+    ),
     ("docs/use-your-adapter.md", "akka training runs download RUN"),
     ("docs/use-your-adapter.md", "akka training runs export RUN --merged"),
 }
