@@ -4,6 +4,7 @@ log probabilities and adapters added and removed at run time behave as the API p
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,10 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
 from akka_training.engines.generation import BASE, GenerationRequest, SamplingParams
+from akka_training.engines.generation.batcher import Batcher
 from akka_training.engines.generation.engine import AdapterNotLoaded, GenerationEngine
-from akka_training.engines.generation.schema import Delta
+from akka_training.engines.generation.schema import Delta, GenerationResult
+from akka_training.testing.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -141,3 +144,36 @@ def test_adapters_are_added_and_removed_while_the_engine_runs(
         engine.generate([GenerationRequest(prompt, "first", GREEDY)])
     [after] = engine.generate([GenerationRequest(prompt, BASE, GREEDY)])
     assert after.completions[0].token_ids == before.completions[0].token_ids
+
+
+def test_requests_submitted_together_are_answered_in_one_batch(
+    engine: GenerationEngine,
+) -> None:
+    prompts = [engine.text_prompt("the cat"), engine.text_prompt("a b c d")]
+    requests = [GenerationRequest(p, a, GREEDY) for p in prompts for a in ("first", BASE)]
+    alone = [engine.generate([r])[0] for r in requests]
+    batcher = Batcher(engine, start=False)
+    answers: dict[int, GenerationResult] = {}
+    streamed: dict[int, list[str]] = {i: [] for i in range(len(requests))}
+
+    def call(i: int) -> None:
+        def hear(delta: Delta) -> None:
+            assert delta.request == 0
+            streamed[i].append(delta.text)
+
+        [answers[i]] = batcher.submit([requests[i]], hear)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    until(lambda: batcher.pending == len(requests), what="every request to be queued")
+    batcher.start()
+    for t in threads:
+        t.join()
+    batcher.close()
+    assert batcher.batches == 1
+    for i, result in enumerate(alone):
+        assert answers[i].completions[0].token_ids == result.completions[0].token_ids
+        assert "".join(streamed[i]) == result.completions[0].text
+    with pytest.raises(AdapterNotLoaded):
+        Batcher(engine).submit([GenerationRequest(prompts[0], "missing", GREEDY)])
