@@ -4,8 +4,7 @@
 It answers the trainer's front door only: the front door has checked the caller's token and
 resolved the request's `model` to an adapter, which it names in `ADAPTER_HEADER`. Streams are
 server-sent events, one chunk per piece of text, the usage in the last chunk, then
-``data: [DONE]``. One batch runs at a time (the engine's lock); requests that arrive meanwhile
-wait their turn.
+``data: [DONE]``. Requests that arrive together are generated in one batch (`Batcher`).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from akka_training.engines.generation.batcher import Batcher
 from akka_training.engines.generation.engine import AdapterNotLoaded, GenerationEngine
 from akka_training.engines.generation.schema import BASE, Delta
 from akka_training.engines.serving import ADAPTER_HEADER
@@ -37,7 +37,8 @@ class EndpointServer:
 
     def __init__(self, engine: GenerationEngine, host: str = "127.0.0.1", port: int = 0) -> None:
         self.engine = engine
-        self._server = ThreadingHTTPServer((host, port), _handler(engine))
+        self.batcher = Batcher(engine)
+        self._server = ThreadingHTTPServer((host, port), _handler(engine, self.batcher))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -53,9 +54,10 @@ class EndpointServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        self.batcher.close()
 
 
-def _handler(engine: GenerationEngine) -> type[BaseHTTPRequestHandler]:
+def _handler(engine: GenerationEngine, batcher: Batcher) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -84,7 +86,7 @@ def _handler(engine: GenerationEngine) -> type[BaseHTTPRequestHandler]:
                 if call.stream:
                     self._stream(call)
                 else:
-                    self._json(200, answer(call, engine.generate(call.requests)))
+                    self._json(200, answer(call, batcher.submit(call.requests)))
             except ApiRefusal as refusal:
                 self._refuse(refusal)
             except AdapterNotLoaded as exc:
@@ -105,7 +107,7 @@ def _handler(engine: GenerationEngine) -> type[BaseHTTPRequestHandler]:
                 self._event(chunk(call, delta, key not in started))
                 started.add(key)
 
-            results = engine.generate(call.requests, send)
+            results = batcher.submit(call.requests, send)
             self._event(usage_chunk(call, results))
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
