@@ -69,6 +69,13 @@ PACKAGE_INDEX = "installs from the package index, which the tests do not reach"
 
 # (page, first line) of each block that does not run, and why.
 NOT_RUN = {
+    (
+        "docs/talk-to-your-adapter.md",
+        'akka training chat RUN -m "What is 2 + 3?" --temperature 0',
+    ): (
+        "needs the endpoint's job to load the run's adapter, which the page's trainer does not "
+        "wait for; tests/integration/test_endpoints.py runs the same command"
+    ),
     ("README.md", "./scripts/demo"): (
         "sets up .venv (from the package index, which the tests do not reach), then runs the "
         "demo or the whole suite, which is what runs this test"

@@ -124,6 +124,36 @@ def test_an_endpoint_serves_a_run_and_its_base_through_the_openai_sdk(
     assert last is not None and last.usage is not None
     assert last.usage.completion_tokens == whole.usage.completion_tokens
 
+    # `akka training chat` streams the same answer; a conversation reads lines from stdin.
+    said = trainer.cli(
+        "training",
+        "chat",
+        run_id,
+        "-m",
+        "What is 2 + 3?",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "8",
+    )
+    assert said.stdout == whole.choices[0].message.content + "\n"
+    talk = trainer.cli(
+        "training",
+        "chat",
+        run_id,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "4",
+        input="What is 2 + 3?\nAnd 3 + 4?\n",
+    )
+    assert len(talk.stdout.splitlines()) == 2
+    unknown = trainer.cli("training", "chat", "nosuchmodel", "-m", "hi", check=False)
+    assert unknown.returncode != 0
+    assert "The model 'nosuchmodel' does not exist or no endpoint of your projects serves it" in (
+        unknown.stderr
+    )
+
     # The base model answers too, and differently from the adapter.
     base = client.completions.create(model="tiny-chat", prompt="2 + 3 =", max_tokens=6, n=2)
     assert len(base.choices) == 2

@@ -43,3 +43,9 @@ class EndpointRecord(ResponseBody):
     created_at: Timestamp
     started_at: Timestamp | None
     ended_at: Timestamp | None
+
+
+class ChatPiece(ResponseBody):
+    """A piece of a streamed answer (`TrainerClient.chat_stream`)."""
+
+    text: str

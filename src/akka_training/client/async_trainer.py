@@ -161,6 +161,27 @@ class AsyncTrainerClient(AsyncBase):
     async def capacity(self, project: str | None = None) -> api.capacity.Capacity:
         return await self._run(lambda: self.client.capacity(project=project))
 
+    async def chat_stream(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        patience: float = 300.0,
+    ) -> AsyncIterator[api.endpoints.ChatPiece]:
+        async for item in self._iterate(
+            lambda: self.client.chat_stream(
+                model=model,
+                messages=messages,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                on_wait=on_wait,
+                patience=patience,
+            )
+        ):
+            yield item
+
     async def check_evaluation(
         self,
         plan: api.evaluations.EvaluationPlan | Mapping[str, Any],

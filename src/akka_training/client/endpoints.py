@@ -3,10 +3,23 @@ trainer's ``/openai/v1``, with a project token as the API key)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import httpx
 
 from akka_training import api
 from akka_training.client.base import BaseClient
+from akka_training.core.errors import (
+    AkkaError,
+    InvalidRequest,
+    NotFound,
+    ServiceUnavailable,
+    TrainerUnreachable,
+    Unauthorized,
+)
 
 if TYPE_CHECKING:
     import akka_training.api.endpoints  # noqa: F401
@@ -66,3 +79,67 @@ class EndpointsApi(BaseClient):
 
     def delete_endpoint(self, project: str, name: str) -> api.endpoints.EndpointRecord:
         return self.call(api.endpoints.EndpointRecord, "DELETE", f"/v1/endpoints/{project}/{name}")
+
+    def chat_stream(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        patience: float = 300.0,
+    ) -> Iterator[api.endpoints.ChatPiece]:
+        """The assistant's answer to `messages` from the endpoint serving `model`, a piece of
+        text at a time, through the trainer's ``/openai/v1``. While the endpoint starts, it
+        waits as the trainer's ``Retry-After`` says (telling `on_wait` why), up to `patience`
+        seconds."""
+        body: dict[str, Any] = {"model": model, "messages": messages, "stream": True}
+        if temperature is not None:
+            body["temperature"] = temperature
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                with self._http.stream(
+                    "POST",
+                    "/openai/v1/chat/completions",
+                    json=body,
+                    timeout=httpx.Timeout(600.0, connect=10.0),
+                ) as response:
+                    if response.status_code == 503 and time.monotonic() < deadline:
+                        response.read()
+                        if on_wait is not None:
+                            on_wait(_openai_message(response))
+                        time.sleep(float(response.headers.get("Retry-After", "5")))
+                        continue
+                    if response.status_code >= 400:
+                        response.read()
+                        raise _openai_error(response)
+                    for line in response.iter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        for choice in json.loads(line[6:]).get("choices", []):
+                            text = choice.get("delta", {}).get("content") or ""
+                            yield api.endpoints.ChatPiece(text=text)
+                    return
+            except httpx.ConnectError as exc:
+                raise TrainerUnreachable(f"The trainer at {self.url} does not answer.") from exc
+
+
+def _openai_message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:500]
+
+
+def _openai_error(response: httpx.Response) -> AkkaError:
+    """The exception of an OpenAI error object the front door answered."""
+    kinds: dict[int, type[AkkaError]] = {
+        400: InvalidRequest,
+        401: Unauthorized,
+        404: NotFound,
+        503: ServiceUnavailable,
+    }
+    return kinds.get(response.status_code, AkkaError)(_openai_message(response))
