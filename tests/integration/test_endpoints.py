@@ -277,3 +277,57 @@ def _prompt_ids(trainer: TrainerProcess, text: str) -> list[int]:
 
     base = trainer.cli_json("training", "base-models", "get", "tiny-chat")["path"]
     return [int(i) for i in AutoTokenizer.from_pretrained(base)(text)["input_ids"]]
+
+
+def test_an_idle_endpoint_gives_its_devices_back_and_a_request_brings_it_back(
+    trainer: TrainerProcess,
+) -> None:
+    keys = tokens(trainer)
+    created = trainer.cli_json(
+        "training",
+        "endpoints",
+        "create",
+        "sleepy",
+        "--base",
+        "tiny-chat",
+        "--idle-minutes",
+        "0.05",
+        "--project",
+        "demo",
+    )
+    assert created["idleMinutes"] == 0.05
+
+    def phase() -> str:
+        got = trainer.cli_json("training", "endpoints", "get", "sleepy", "--project", "demo")
+        return str(got["phase"])
+
+    until(lambda: phase() == "IDLE", what="the endpoint to go idle", timeout=180)
+
+    def claimed() -> list[str]:
+        capacity = httpx.get(
+            f"{trainer.url}/v1/capacity",
+            headers={"Authorization": f"Bearer {trainer.admin_token}"},
+        ).json()
+        return [c["for"] for c in capacity["claims"]]
+
+    until(lambda: created["id"] not in claimed(), what="the idle endpoint's claim to go")
+
+    # The next request is told to come back while the endpoint starts again, then answered.
+    first = httpx.post(
+        f"{trainer.url}/openai/v1/completions",
+        headers={"Authorization": f"Bearer {keys['demo']}"},
+        json={"model": "tiny-chat", "prompt": "hi", "max_tokens": 2},
+    )
+    assert first.status_code == 503
+    assert first.headers["Retry-After"] == "5"
+    client = openai.OpenAI(base_url=f"{trainer.url}/openai/v1", api_key=keys["demo"], max_retries=0)
+    answered = until(
+        lambda: client.completions.create(model="tiny-chat", prompt="hi", max_tokens=2),
+        what="the woken endpoint to answer",
+        ignoring=(openai.APIStatusError,),
+        timeout=180,
+    )
+    assert answered.usage is not None and answered.usage.completion_tokens > 0
+    trainer.cli("training", "endpoints", "delete", "sleepy", "--project", "demo")
+    listed = trainer.cli_json("training", "endpoints", "list", "--project", "demo")
+    assert {e["name"]: e["phase"] for e in listed}.get("sleepy", "STOPPED") == "STOPPED"

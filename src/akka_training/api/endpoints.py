@@ -17,6 +17,12 @@ class EndpointCreate(RequestBody):
     )
     gpus: int = Field(1, ge=1, description="Devices the endpoint claims from its pool.")
     pool: str | None = None
+    idle_minutes: float | None = Field(
+        None,
+        ge=0,
+        description="Minutes without a request before it gives its devices back (0: never); "
+        "default trainer.endpoints.idle-minutes.",
+    )
 
 
 class EndpointAdapterRef(RequestBody):
@@ -34,11 +40,12 @@ class EndpointRecord(ResponseBody):
     id: str = Field(description="The endpoint's task.")
     project: str
     name: str
-    phase: str = Field(description="QUEUED, STARTING, READY, STOPPED or FAILED.")
+    phase: str = Field(description="QUEUED, STARTING, READY, IDLE, STOPPED or FAILED.")
     base_model: str
     adapters: list[EndpointAdapter]
     gpus: int
     pool: str
+    idle_minutes: float = Field(description="0: it never goes idle.")
     failure: str | None
     created_at: Timestamp
     started_at: Timestamp | None

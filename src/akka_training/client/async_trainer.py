@@ -249,6 +249,7 @@ class AsyncTrainerClient(AsyncBase):
         adapters: list[str] | None = None,
         gpus: int = 1,
         pool: str | None = None,
+        idle_minutes: float | None = None,
     ) -> api.endpoints.EndpointRecord:
         return await self._run(
             lambda: self.client.create_endpoint(
@@ -258,6 +259,7 @@ class AsyncTrainerClient(AsyncBase):
                 adapters=adapters,
                 gpus=gpus,
                 pool=pool,
+                idle_minutes=idle_minutes,
             )
         )
 

@@ -34,6 +34,7 @@ class EndpointsApi(BaseClient):
         adapters: list[str] | None = None,
         gpus: int = 1,
         pool: str | None = None,
+        idle_minutes: float | None = None,
     ) -> api.endpoints.EndpointRecord:
         """Start an endpoint serving `base_model` and `adapters` (RUN, RUN:SNAPSHOT or a
         modelName); it is READY once its job has loaded them."""
@@ -44,6 +45,7 @@ class EndpointsApi(BaseClient):
             adapters=adapters or [],
             gpus=gpus,
             pool=pool,
+            idle_minutes=idle_minutes,
         ).to_json()
         return self.call(api.endpoints.EndpointRecord, "POST", "/v1/endpoints", json=body)
 

@@ -8,7 +8,9 @@ OpenAI API on its own host, and tells the service where (`TaskProgressReport.add
 service's front door (``/openai/v1``) forwards a project's requests to it.
 
 Its phase is read off the task: QUEUED while its claim waits, STARTING until its job reported
-an address, READY while it serves, STOPPED once deleted, FAILED when its job failed.
+an address, READY while it serves, IDLE once its job ended after `idle_minutes` without a
+request (its task SUCCEEDED with ``{"idle": true}``, its devices given back: the next request
+starts a new task of the same key), STOPPED once deleted, FAILED when its job failed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class EndpointPhase(StrEnum):
     QUEUED = "QUEUED"
     STARTING = "STARTING"
     READY = "READY"
+    IDLE = "IDLE"
     STOPPED = "STOPPED"
     FAILED = "FAILED"
 
@@ -47,6 +50,10 @@ class ServeParams(PlanModel):
     endpoint: str
     base_model: BaseModelPin
     adapters: list[ServedAdapter] = Field(default_factory=list)
+    # Devices it claims; minutes without a request before its job ends and gives them back (0:
+    # never); the next request starts it again.
+    gpus: int = 1
+    idle_minutes: float = 0.0
     # How often the job tells the service it still serves (seconds).
     heartbeat_seconds: float = 2.0
 

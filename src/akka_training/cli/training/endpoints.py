@@ -28,10 +28,19 @@ def create(
     ),
     gpus: int = typer.Option(1, "--gpus", min=1, help="Devices the endpoint claims."),
     pool: str = typer.Option(None, "--pool", help="The pool it claims them from."),
+    idle_minutes: float = typer.Option(
+        None,
+        "--idle-minutes",
+        min=0,
+        help="Give the devices back after this long without a request (0: never); the next "
+        "request starts it again. Default: trainer.endpoints.idle-minutes.",
+    ),
     project: str = PROJECT,
 ) -> None:
     """Start an endpoint; it serves once its phase is READY."""
-    answer = state.client().create_endpoint(state.project(project), name, base, adapter, gpus, pool)
+    answer = state.client().create_endpoint(
+        state.project(project), name, base, adapter, gpus, pool, idle_minutes
+    )
     emit(answer, _print_endpoint)
 
 
@@ -117,6 +126,7 @@ def _print_endpoint(e: EndpointRecord) -> None:
             ("Base model", e.base_model),
             ("Adapters", ", ".join(a.name for a in e.adapters) or "-"),
             ("Devices", f"{e.gpus} of pool {e.pool}"),
+            ("Idle after", f"{e.idle_minutes:g} minutes" if e.idle_minutes else "never"),
             ("Created", when(e.created_at)),
             *([("Failure", e.failure)] if e.failure else []),
         ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -38,7 +39,10 @@ class EndpointServer:
     def __init__(self, engine: GenerationEngine, host: str = "127.0.0.1", port: int = 0) -> None:
         self.engine = engine
         self.batcher = Batcher(engine)
-        self._server = ThreadingHTTPServer((host, port), _handler(engine, self.batcher))
+        self.activity = Activity()
+        self._server = ThreadingHTTPServer(
+            (host, port), _handler(engine, self.batcher, self.activity)
+        )
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -57,7 +61,33 @@ class EndpointServer:
         self.batcher.close()
 
 
-def _handler(engine: GenerationEngine, batcher: Batcher) -> type[BaseHTTPRequestHandler]:
+class Activity:
+    """When the server last answered a request, and how many it answers now (an endpoint goes
+    idle only when none is in flight)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.last = time.monotonic()
+
+    def idle_for(self) -> float:
+        """Seconds since the last request ended; 0 while one is in flight."""
+        with self._lock:
+            return 0.0 if self.in_flight else time.monotonic() - self.last
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            self.last = time.monotonic()
+
+
+def _handler(
+    engine: GenerationEngine, batcher: Batcher, activity: Activity
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -71,6 +101,10 @@ def _handler(engine: GenerationEngine, batcher: Batcher) -> type[BaseHTTPRequest
             self._refuse(ApiRefusal(404, f"There is no route {self.path}."))
 
         def do_POST(self) -> None:
+            with activity:
+                self._answer()
+
+        def _answer(self) -> None:
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 if not isinstance(body, dict):

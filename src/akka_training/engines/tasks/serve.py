@@ -1,6 +1,8 @@
 """The endpoint task (`core.serving`): load the base model and the endpoint's adapters into
 the generation engine, serve the OpenAI API on this host, tell the service the address, and
-keep telling it until the endpoint is deleted (the report's answer says stop). Each answer
+keep telling it until the endpoint is deleted (the report's answer says stop), or until it has
+gone `idle_minutes` without a request: then it ends with ``{"idle": true}`` and its devices go
+back to the pool. Each answer
 carries the endpoint's parameters as they are now: an adapter added to the endpoint is loaded,
 one removed is dropped, while the server runs.
 
@@ -49,18 +51,24 @@ def serve(task: TaskContext, stop: threading.Event | None = None) -> dict[str, A
         engine.add_adapter(adapter.name, _fetch(task, adapter))
     server = EndpointServer(engine, os.environ.get(HOST_ENV, "127.0.0.1")).start()
     stop = stop or threading.Event()
+    idle_after = params.idle_minutes * 60
+    went_idle = False
     try:
         while True:
             answer = task.reporter.progress("serving", address=server.address)
             if answer.get("params"):
                 follow(task, engine, ServeParams.model_validate(answer["params"]))
+            if idle_after and server.activity.idle_for() >= idle_after:
+                # Its devices go back to the pool; the next request starts it again.
+                went_idle = True
+                break
             if stop.wait(params.heartbeat_seconds):
                 break
     except TaskCancelled:
         pass
     finally:
         server.close()
-    return {"served": sorted(engine.adapters)}
+    return {"served": sorted(engine.adapters), "idle": went_idle}
 
 
 def follow(task: TaskContext, engine: GenerationEngine, params: ServeParams) -> None:

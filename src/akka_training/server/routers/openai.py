@@ -77,6 +77,8 @@ async def _forward(request: Request, path: str) -> Response:
     except AkkaError as exc:
         return _error(exc)
     if route.address is None:
+        if ctx.controller is not None:
+            ctx.controller.wake()  # an idle endpoint may have been started again
         return _refuse(
             503,
             f"The endpoint serving {model} is starting; try again in a few seconds.",

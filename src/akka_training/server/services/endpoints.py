@@ -45,7 +45,7 @@ def create(
     session: Session, ctx: AppContext, principal: Principal, body: EndpointCreate
 ) -> EndpointRecord:
     principal.require(body.project)
-    if tasks.current_open(session, endpoint_key(body.project, body.name)) is not None:
+    if current(session, endpoint_key(body.project, body.name)) is not None:
         raise Conflict(
             f"Project {body.project} has an endpoint {body.name} already; delete it first "
             f"(`akka training endpoints delete {body.name}`) or choose another name."
@@ -66,18 +66,30 @@ def create(
             f"CLAIM {max_claim}); ask for {max_claim} or fewer with --gpus."
         )
     adapters = [_adapter(session, principal, body, ref) for ref in body.adapters]
-    params = ServeParams(endpoint=body.name, base_model=model_pin(model), adapters=adapters)
+    idle = body.idle_minutes
+    params = ServeParams(
+        endpoint=body.name,
+        base_model=model_pin(model),
+        adapters=adapters,
+        gpus=body.gpus,
+        idle_minutes=ctx.settings.trainer.endpoints.idle_minutes if idle is None else idle,
+    )
+    return record(session, _start(session, body.project, pool, params))
+
+
+def _start(session: Session, project: str, pool: str, params: ServeParams) -> Task:
+    """A new serve task for `params`, with its claim on the pool."""
     task = tasks.submit(
         session,
         kind=SERVE,
-        project=body.project,
+        project=project,
         pool=pool,
         params=params.to_json(),
-        key=endpoint_key(body.project, body.name),
+        key=endpoint_key(project, params.endpoint),
     )
-    open_task_claim(session, task.id, task.project, task.pool, body.gpus)
+    open_task_claim(session, task.id, task.project, task.pool, params.gpus)
     session.flush()
-    return record(session, task)
+    return task
 
 
 def list_endpoints(
@@ -90,9 +102,8 @@ def list_endpoints(
         query = query.where(Task.project == project)
     elif principal.projects is not None:
         query = query.where(Task.project.in_(principal.projects))
-    if not include_stopped:
-        query = query.where(Task.state.in_(OPEN))
-    return [record(session, t) for t in session.scalars(query)]
+    found = [t for t in session.scalars(query) if include_stopped or live(t)]
+    return [record(session, t) for t in found]
 
 
 def get(session: Session, principal: Principal, project: str, name: str) -> EndpointRecord:
@@ -101,8 +112,29 @@ def get(session: Session, principal: Principal, project: str, name: str) -> Endp
 
 def delete(session: Session, principal: Principal, project: str, name: str) -> EndpointRecord:
     task = endpoint_for(session, principal, project, name)
+    if idle(task):
+        # Its job ended already: only the mark that a request may start it again goes.
+        task.result = {**(task.result or {}), "idle": False, "deleted": True}
+        return record(session, task)
     tasks.cancel(session, principal, task.id)
     return record(session, task)
+
+
+def current(session: Session, key: str) -> Task | None:
+    """The newest task of the endpoint `key` if it is live (open, or idle)."""
+    task = session.scalar(
+        select(Task).where(Task.key == key).order_by(desc(Task.created_at)).limit(1)
+    )
+    return task if task is not None and live(task) else None
+
+
+def live(task: Task) -> bool:
+    return task.state in OPEN or idle(task)
+
+
+def idle(task: Task) -> bool:
+    """Its job ended after its idle minutes without a request; a request starts it again."""
+    return task.state == TaskState.SUCCEEDED and bool((task.result or {}).get("idle"))
 
 
 def add_adapter(
@@ -137,7 +169,7 @@ def remove_adapter(
 
 def _locked(session: Session, principal: Principal, project: str, name: str) -> Task:
     task = lock_task(session, endpoint_for(session, principal, project, name).id)
-    if task is None or task.state not in OPEN:
+    if task is None or not live(task):
         raise NotFound(f"Project {project} has no endpoint {name!r}.")
     return task
 
@@ -147,7 +179,7 @@ def endpoint_for(session: Session, principal: Principal, project: str, name: str
     principal.refuse_reporters()
     if not principal.can(project):
         raise NotFound(f"Project {project} has no endpoint {name!r}.")
-    task = tasks.current_open(session, endpoint_key(project, name))
+    task = current(session, endpoint_key(project, name))
     if task is None:
         raise NotFound(f"Project {project} has no endpoint {name!r}.")
     return task
@@ -156,18 +188,19 @@ def endpoint_for(session: Session, principal: Principal, project: str, name: str
 def route(session: Session, principal: Principal, model: str) -> Route:
     """The endpoint of the caller's projects that serves `model` (a base model, a run, a run's
     modelName, RUN:SNAPSHOT or RUN:step-N); `NotFound` when none does."""
-    principal.refuse_reporters()
-    query = select(Task).where(Task.kind == SERVE, Task.state.in_(OPEN))
-    if principal.projects is not None:
-        query = query.where(Task.project.in_(principal.projects))
-    for task in session.scalars(query.order_by(Task.created_at)):
+    for task in _live_endpoints(session, principal):
         params = ServeParams.model_validate(task.params)
-        address = _address(task)
-        if model == params.base_model.id:
-            return Route(task.id, address, None)
-        for adapter in params.adapters:
-            if model == adapter.name or model in adapter.aliases:
-                return Route(task.id, address, adapter.name)
+        adapter: str | None = None
+        if model != params.base_model.id:
+            named = [a.name for a in params.adapters if model == a.name or model in a.aliases]
+            if not named:
+                continue
+            adapter = named[0]
+        if idle(task):
+            # The first request after its idle minutes starts it again.
+            task.result = {**(task.result or {}), "idle": False, "woken": True}
+            task = _start(session, task.project, task.pool, params)
+        return Route(task.id, _address(task), adapter)
     raise NotFound(
         f"The model {model!r} does not exist or no endpoint of your projects serves it; "
         "create one with `akka training endpoints create`."
@@ -176,16 +209,21 @@ def route(session: Session, principal: Principal, model: str) -> Route:
 
 def served_models(session: Session, principal: Principal) -> list[tuple[str, str]]:
     """(model name, project) of every model the caller's live endpoints serve."""
-    principal.refuse_reporters()
-    query = select(Task).where(Task.kind == SERVE, Task.state.in_(OPEN))
-    if principal.projects is not None:
-        query = query.where(Task.project.in_(principal.projects))
     out: list[tuple[str, str]] = []
-    for task in session.scalars(query.order_by(Task.created_at)):
+    for task in _live_endpoints(session, principal):
         params = ServeParams.model_validate(task.params)
         out.append((params.base_model.id, task.project))
         out += [(a.name, task.project) for a in params.adapters]
     return out
+
+
+def _live_endpoints(session: Session, principal: Principal) -> list[Task]:
+    """The caller's projects' live endpoints, oldest first."""
+    principal.refuse_reporters()
+    query = select(Task).where(Task.kind == SERVE, Task.state.in_([*OPEN, TaskState.SUCCEEDED]))
+    if principal.projects is not None:
+        query = query.where(Task.project.in_(principal.projects))
+    return [t for t in session.scalars(query.order_by(Task.created_at)) if live(t)]
 
 
 def record(session: Session, task: Task) -> EndpointRecord:
@@ -201,8 +239,9 @@ def record(session: Session, task: Task) -> EndpointRecord:
             EndpointAdapter(name=a.name, run=a.run, snapshot=a.snapshot, aliases=a.aliases)
             for a in params.adapters
         ],
-        gpus=claim.devices if claim is not None else 0,
+        gpus=params.gpus,
         pool=task.pool,
+        idle_minutes=params.idle_minutes,
         failure=task.failure,
         created_at=task.created_at,
         started_at=task.started_at,
@@ -213,6 +252,8 @@ def record(session: Session, task: Task) -> EndpointRecord:
 def phase(task: Task, claim_state: str | None) -> EndpointPhase:
     if task.state == TaskState.FAILED:
         return EndpointPhase.FAILED
+    if idle(task):
+        return EndpointPhase.IDLE
     if task.state not in OPEN or task.requested is not None:
         return EndpointPhase.STOPPED
     if claim_state == ClaimState.QUEUED:

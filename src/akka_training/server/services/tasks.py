@@ -71,16 +71,6 @@ def current(session: Session, key: str) -> Task | None:
     )
 
 
-def current_open(session: Session, key: str) -> Task | None:
-    """The newest task making `key` that is still pending or running."""
-    return session.scalar(
-        select(Task)
-        .where(Task.key == key, Task.state.in_([TaskState.PENDING, TaskState.RUNNING]))
-        .order_by(desc(Task.created_at))
-        .limit(1)
-    )
-
-
 def get(session: Session, principal: Principal, task_id: str) -> TaskRecord:
     return task_record(task_for(session, principal, task_id))
 
