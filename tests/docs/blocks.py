@@ -71,6 +71,13 @@ PACKAGE_INDEX = "installs from the package index, which the tests do not reach"
 NOT_RUN = {
     (
         "docs/talk-to-your-adapter.md",
+        "akka training sample RUN -f prompts.jsonl --out samples.jsonl --n 4 --temperature 0.7",
+    ): (
+        "needs a prompts file and the endpoint's job to serve the run; "
+        "tests/integration/test_endpoints.py samples a file through the same command"
+    ),
+    (
+        "docs/talk-to-your-adapter.md",
         'akka training chat RUN -m "What is 2 + 3?" --temperature 0',
     ): (
         "needs the endpoint's job to load the run's adapter, which the page's trainer does not "

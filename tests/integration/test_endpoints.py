@@ -249,6 +249,39 @@ def test_adapters_come_and_go_and_a_killed_job_comes_back(
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model=run_id, prompt="hi", max_tokens=2)
 
+    # `akka training sample`: every row's completions beside it, and a second run resumes.
+    prompts = trainer.home / "prompts.jsonl"
+    rows = [
+        {"id": 1, "prompt": "2 + 3 ="},
+        {"id": 2, "messages": [{"role": "user", "content": "What is 1 + 1?"}]},
+        {"id": 3, "prompt": "4 + 4 ="},
+    ]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = trainer.home / "out.jsonl"
+    args = ["training", "sample", "tiny-chat", "-f", str(prompts), "--out", str(out)]
+    args += ["--n", "2", "--temperature", "0", "--max-tokens", "4"]
+    first = trainer.cli(*args)
+    assert "3 rows in" in first.stdout and "(3 new)" in first.stdout
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [w["id"] for w in written] == [1, 2, 3]
+    assert all(len(w["outputs"]) == 2 and w["outputs"][0] == w["outputs"][1] for w in written)
+    assert written[1]["messages"] == rows[1]["messages"]
+    assert all(w["usage"]["completionTokens"] > 0 for w in written)
+    # Cut after the first row, with a torn second line: the rest is done again, the same.
+    lines = out.read_text().splitlines()
+    out.write_text(lines[0] + "\n" + lines[1][:10])
+    resumed = trainer.cli(*args)
+    assert "(2 new)" in resumed.stdout
+    assert [json.loads(line) for line in out.read_text().splitlines()] == written
+    prompts.write_text('{"id": 1, "prompt": "x"}\n')
+    bad = trainer.cli(*args, check=False)
+    assert bad.returncode != 0
+    assert "holds 3 rows, more than the 1 of" in bad.stderr
+    prompts.write_text('{"text": "x"}\n')
+    out.unlink()
+    bad = trainer.cli(*args, check=False)
+    assert 'has neither "prompt" (text) nor "messages" (a list).' in bad.stderr
+
     # kill -9 of the endpoint's job: the controller launches it again; meanwhile a request is
     # told to retry, and afterwards it is answered.
     job_process(trainer, created["id"]).kill()

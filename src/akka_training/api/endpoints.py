@@ -56,3 +56,11 @@ class ChatPiece(ResponseBody):
     """A piece of a streamed answer (`TrainerClient.chat_stream`)."""
 
     text: str
+
+
+class Sampled(ResponseBody):
+    """One prompt's completions (`TrainerClient.sample`) and the tokens they took."""
+
+    outputs: list[str]
+    prompt_tokens: int
+    completion_tokens: int

@@ -550,6 +550,28 @@ class AsyncTrainerClient(AsyncBase):
     ) -> list[api.runs.RunSummary]:
         return await self._run(lambda: self.client.runs(project=project, phase=phase, limit=limit))
 
+    async def sample(
+        self,
+        model: str,
+        row: dict[str, Any],
+        n: int = 1,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        patience: float = 300.0,
+    ) -> api.endpoints.Sampled:
+        return await self._run(
+            lambda: self.client.sample(
+                model=model,
+                row=row,
+                n=n,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                on_wait=on_wait,
+                patience=patience,
+            )
+        )
+
     async def set_dataset_alias(self, ref: str, alias: str) -> api.datasets.AliasSet:
         return await self._run(lambda: self.client.set_dataset_alias(ref=ref, alias=alias))
 

@@ -128,6 +128,55 @@ class EndpointsApi(BaseClient):
             except httpx.ConnectError as exc:
                 raise TrainerUnreachable(f"The trainer at {self.url} does not answer.") from exc
 
+    def sample(
+        self,
+        model: str,
+        row: dict[str, Any],
+        n: int = 1,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        patience: float = 300.0,
+    ) -> api.endpoints.Sampled:
+        """`n` completions of one row, `{"prompt": TEXT}` (a text completion) or
+        `{"messages": [...]}` (a chat), from the endpoint serving `model`; waits while the
+        endpoint starts, as `chat_stream` does."""
+        body: dict[str, Any] = {"model": model, "n": n}
+        if temperature is not None:
+            body["temperature"] = temperature
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if "messages" in row:
+            body["messages"] = row["messages"]
+            path = "/openai/v1/chat/completions"
+        else:
+            body["prompt"] = row.get("prompt")
+            path = "/openai/v1/completions"
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                response = self._http.post(path, json=body, timeout=600.0)
+            except httpx.ConnectError as exc:
+                raise TrainerUnreachable(f"The trainer at {self.url} does not answer.") from exc
+            if response.status_code == 503 and time.monotonic() < deadline:
+                if on_wait is not None:
+                    on_wait(_openai_message(response))
+                time.sleep(float(response.headers.get("Retry-After", "5")))
+                continue
+            if response.status_code >= 400:
+                raise _openai_error(response)
+            answer = response.json()
+            choices = sorted(answer["choices"], key=lambda c: int(c["index"]))
+            outputs = [
+                str(c["message"]["content"] if "message" in c else c["text"]) for c in choices
+            ]
+            usage = answer.get("usage") or {}
+            return api.endpoints.Sampled(
+                outputs=outputs,
+                prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                completion_tokens=int(usage.get("completion_tokens", 0)),
+            )
+
 
 def _openai_message(response: httpx.Response) -> str:
     try:

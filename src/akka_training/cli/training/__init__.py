@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from akka_training.cli.lazy import Lazy, lazy_group
-from akka_training.cli.training import chat, info
+from akka_training.cli.training import chat, info, sample
 
 _PACKAGE = "akka_training.cli.training"
 
@@ -53,6 +53,7 @@ app = typer.Typer(
 app.command("info")(info.info)
 app.command("capacity")(info.capacity)
 app.command("chat")(chat.chat)
+app.command("sample")(sample.sample)
 
 
 def runs_app() -> typer.Typer:
