@@ -23,6 +23,9 @@ from akka_training.core.plans import PlanModel
 from akka_training.core.resolved import BaseModelPin
 
 SERVE = "serve"
+# The header in which the front door names the adapter (or the base model) a request's `model`
+# resolved to, when it forwards the request to the endpoint's job.
+ADAPTER_HEADER = "X-Akka-Adapter"
 
 
 class EndpointPhase(StrEnum):

@@ -3,5 +3,6 @@ generation engine, served on the job's host by a small HTTP server (`http_server
 trainer's front door (``/openai/v1``) authenticates the caller and forwards to it, naming the
 adapter in `ADAPTER_HEADER`."""
 
-# The adapter (or `generation.BASE`) the front door resolved the request's `model` to.
-ADAPTER_HEADER = "X-Akka-Adapter"
+from akka_training.core.serving import ADAPTER_HEADER
+
+__all__ = ["ADAPTER_HEADER"]

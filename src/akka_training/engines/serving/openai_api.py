@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,10 +56,12 @@ class Call:
     created: int
 
 
-Tokenize = Any  # (messages or text) -> token ids; the engine's chat_prompt / text_prompt
+# The engine's chat_prompt (messages -> token ids) and text_prompt (text -> token ids).
+ChatTokenizer = Callable[[Sequence[dict[str, Any]]], tuple[int, ...]]
+TextTokenizer = Callable[[str], tuple[int, ...]]
 
 
-def chat_call(body: dict[str, Any], adapter: str, chat_prompt: Tokenize) -> Call:
+def chat_call(body: dict[str, Any], adapter: str, chat_prompt: ChatTokenizer) -> Call:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiRefusal(400, "messages must be a non-empty list of {role, content}.", "messages")
@@ -78,7 +80,7 @@ def chat_call(body: dict[str, Any], adapter: str, chat_prompt: Tokenize) -> Call
     )
 
 
-def text_call(body: dict[str, Any], adapter: str, text_prompt: Tokenize) -> Call:
+def text_call(body: dict[str, Any], adapter: str, text_prompt: TextTokenizer) -> Call:
     prompt = body.get("prompt")
     prompts = [prompt] if isinstance(prompt, str) else prompt
     if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):

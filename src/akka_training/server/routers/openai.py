@@ -21,6 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from akka_training.core.errors import AkkaError
+from akka_training.core.serving import ADAPTER_HEADER
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal, authenticate, bearer
 from akka_training.server.services import endpoints as service
@@ -29,7 +30,6 @@ router = APIRouter(prefix="/openai/v1", include_in_schema=False)
 
 # Seconds a client is told to wait while an endpoint starts.
 RETRY_AFTER = 5
-ADAPTER_HEADER = "X-Akka-Adapter"
 _TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 
