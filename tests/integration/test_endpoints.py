@@ -294,6 +294,7 @@ def test_adapters_come_and_go_and_a_killed_job_comes_back(
     until(ready, what="the endpoint to be READY again", timeout=180)
     again = client.completions.create(model="tiny-chat", prompt="hi", max_tokens=2)
     assert again.usage is not None and again.usage.completion_tokens > 0
+    trainer.cli("training", "endpoints", "delete", "live", "--project", "demo")
 
 
 def _status_of(trainer: TrainerProcess, key: str) -> httpx.Response | None:

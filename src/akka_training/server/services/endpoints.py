@@ -129,7 +129,8 @@ def current(session: Session, key: str) -> Task | None:
 
 
 def live(task: Task) -> bool:
-    return task.state in OPEN or idle(task)
+    """Open and not being deleted, or idle."""
+    return (task.state in OPEN and task.requested is None) or idle(task)
 
 
 def idle(task: Task) -> bool:
