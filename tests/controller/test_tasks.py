@@ -105,3 +105,14 @@ def test_a_tasks_claim_is_released_once_its_job_is_gone_however_it_ended() -> No
     assert decide(view(state="SUCCEEDED", reported=True), JobStatus("exited", 0), "", NOW) == (
         TaskDecision()
     )
+
+
+def test_an_endpoints_job_gone_without_a_report_is_launched_again() -> None:
+    serving = view(kind="serve", claim_state="GRANTED")
+    killed = decide(serving, JobStatus("exited", None, 9), "", NOW)
+    assert killed == TaskDecision(relaunch=True)
+    # A deleted endpoint's job that is gone ends it, as any cancelled task.
+    deleted = decide(
+        view(kind="serve", requested="cancel", stop_sent=True), JobStatus("exited", 0), "", NOW
+    )
+    assert deleted.end == TaskRule.CANCEL

@@ -48,6 +48,14 @@ RUN = {
     ("docs/datasets.md", "akka training datasets list [--project maths]"),
     ("docs/grafana.md", "mkdir -p dashboards/maths"),
     ("docs/start-a-run.md", "akka training runs list [--phase open|TRAINING|…]"),
+    (
+        "docs/talk-to-your-adapter.md",
+        "akka training endpoints create chat --base tiny-chat --adapter RUN --project maths",
+    ),
+    (
+        "docs/talk-to-your-adapter.md",
+        "akka training endpoints add-adapter chat RUN:step-20 --project maths",
+    ),
     ("docs/use-your-adapter.md", "akka training runs download RUN"),
     ("docs/use-your-adapter.md", "akka training runs export RUN --merged"),
     ("docs/tinker-api.md", "akka auth tokens create my-tinker-script --project maths"),
@@ -62,6 +70,20 @@ PACKAGE_INDEX = "installs from the package index, which the tests do not reach"
 
 # (page, first line) of each block that does not run, and why.
 NOT_RUN = {
+    (
+        "docs/talk-to-your-adapter.md",
+        "akka training sample RUN -f prompts.jsonl --out samples.jsonl --n 4 --temperature 0.7",
+    ): (
+        "needs a prompts file and the endpoint's job to serve the run; "
+        "tests/integration/test_endpoints.py samples a file through the same command"
+    ),
+    (
+        "docs/talk-to-your-adapter.md",
+        'akka training chat RUN -m "What is 2 + 3?" --temperature 0',
+    ): (
+        "needs the endpoint's job to load the run's adapter, which the page's trainer does not "
+        "wait for; tests/integration/test_endpoints.py runs the same command"
+    ),
     ("README.md", "./scripts/demo"): (
         "sets up .venv (from the package index, which the tests do not reach), then runs the "
         "demo or the whole suite, which is what runs this test"

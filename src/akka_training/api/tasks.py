@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from akka_training.api.base import ResponseBody, Timestamp
+from akka_training.api.base import ResponseBody, Timestamp, optional_key
 from akka_training.core.tasks import TASK_REPORTS, TaskAction
 
 __all__ = ["TASK_REPORTS", "TaskDirective", "TaskProgress", "TaskRecord"]
@@ -41,3 +41,6 @@ class TaskDirective(ResponseBody):
     """continue, or stop (the task was cancelled)."""
 
     action: TaskAction
+    params: dict[str, Any] | None = optional_key(
+        "A long-lived task's parameters as they are now (an endpoint's adapters change)."
+    )

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import akka_training.api.capacity
     import akka_training.api.catalog
     import akka_training.api.datasets
+    import akka_training.api.endpoints
     import akka_training.api.evaluations
     import akka_training.api.grafana
     import akka_training.api.pipelines
@@ -43,6 +44,16 @@ class AsyncTrainerClient(AsyncBase):
     ) -> api.adapters.AdapterManifest:
         return await self._run(
             lambda: self.client.adapter_manifest(run_ref=run_ref, snapshot=snapshot)
+        )
+
+    async def add_endpoint_adapter(
+        self,
+        project: str,
+        name: str,
+        adapter: str,
+    ) -> api.endpoints.EndpointRecord:
+        return await self._run(
+            lambda: self.client.add_endpoint_adapter(project=project, name=name, adapter=adapter)
         )
 
     async def base_model(self, model_id: str) -> api.catalog.BaseModelDetail:
@@ -149,6 +160,27 @@ class AsyncTrainerClient(AsyncBase):
     async def capacity(self, project: str | None = None) -> api.capacity.Capacity:
         return await self._run(lambda: self.client.capacity(project=project))
 
+    async def chat_stream(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        patience: float = 300.0,
+    ) -> AsyncIterator[api.endpoints.ChatPiece]:
+        async for item in self._iterate(
+            lambda: self.client.chat_stream(
+                model=model,
+                messages=messages,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                on_wait=on_wait,
+                patience=patience,
+            )
+        ):
+            yield item
+
     async def check_evaluation(
         self,
         plan: api.evaluations.EvaluationPlan | Mapping[str, Any],
@@ -208,6 +240,28 @@ class AsyncTrainerClient(AsyncBase):
             )
         )
 
+    async def create_endpoint(
+        self,
+        project: str,
+        name: str,
+        base_model: str,
+        adapters: list[str] | None = None,
+        gpus: int = 1,
+        pool: str | None = None,
+        idle_minutes: float | None = None,
+    ) -> api.endpoints.EndpointRecord:
+        return await self._run(
+            lambda: self.client.create_endpoint(
+                project=project,
+                name=name,
+                base_model=base_model,
+                adapters=adapters,
+                gpus=gpus,
+                pool=pool,
+                idle_minutes=idle_minutes,
+            )
+        )
+
     async def create_project(
         self,
         name: str,
@@ -238,6 +292,9 @@ class AsyncTrainerClient(AsyncBase):
     async def datasets(self, project: str | None = None) -> list[api.datasets.DatasetSummary]:
         return await self._run(lambda: self.client.datasets(project=project))
 
+    async def delete_endpoint(self, project: str, name: str) -> api.endpoints.EndpointRecord:
+        return await self._run(lambda: self.client.delete_endpoint(project=project, name=name))
+
     async def download_adapter(
         self,
         run: str,
@@ -267,6 +324,16 @@ class AsyncTrainerClient(AsyncBase):
                 manifest=manifest, dest=dest, overwrite=overwrite, progress=progress, task=task
             )
         )
+
+    async def endpoint(self, project: str, name: str) -> api.endpoints.EndpointRecord:
+        return await self._run(lambda: self.client.endpoint(project=project, name=name))
+
+    async def endpoints(
+        self,
+        project: str | None = None,
+        all: bool = False,
+    ) -> list[api.endpoints.EndpointRecord]:
+        return await self._run(lambda: self.client.endpoints(project=project, all=all))
 
     async def envelopes(self) -> list[api.catalog.CatalogEnvelope]:
         return await self._run(lambda: self.client.envelopes())
@@ -416,6 +483,16 @@ class AsyncTrainerClient(AsyncBase):
             )
         )
 
+    async def remove_endpoint_adapter(
+        self,
+        project: str,
+        name: str,
+        adapter: str,
+    ) -> api.endpoints.EndpointRecord:
+        return await self._run(
+            lambda: self.client.remove_endpoint_adapter(project=project, name=name, adapter=adapter)
+        )
+
     async def request(
         self,
         method: str,
@@ -471,6 +548,28 @@ class AsyncTrainerClient(AsyncBase):
         limit: int = 100,
     ) -> list[api.runs.RunSummary]:
         return await self._run(lambda: self.client.runs(project=project, phase=phase, limit=limit))
+
+    async def sample(
+        self,
+        model: str,
+        row: dict[str, Any],
+        n: int = 1,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        on_wait: Callable[[str], None] | None = None,
+        patience: float = 300.0,
+    ) -> api.endpoints.Sampled:
+        return await self._run(
+            lambda: self.client.sample(
+                model=model,
+                row=row,
+                n=n,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                on_wait=on_wait,
+                patience=patience,
+            )
+        )
 
     async def set_dataset_alias(self, ref: str, alias: str) -> api.datasets.AliasSet:
         return await self._run(lambda: self.client.set_dataset_alias(ref=ref, alias=alias))

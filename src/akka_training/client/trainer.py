@@ -13,6 +13,7 @@ from akka_training.client.bundles import BundlesApi
 from akka_training.client.capacity import CapacityApi
 from akka_training.client.catalog import CatalogApi
 from akka_training.client.datasets import DatasetsApi
+from akka_training.client.endpoints import EndpointsApi
 from akka_training.client.evaluations import EvaluationsApi
 from akka_training.client.pipelines import PipelinesApi
 from akka_training.client.projects import ProjectsApi
@@ -33,6 +34,7 @@ class TrainerClient(
     TasksApi,
     EvaluationsApi,
     PipelinesApi,
+    EndpointsApi,
 ):
     """``TrainerClient(url, token)``, or `connect()` to find both as the CLI does. Close it
     (or use it as a context manager) to release its connections."""

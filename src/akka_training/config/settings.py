@@ -274,6 +274,12 @@ class Controller(_Section):
     bootstrap_seconds: float = Field(600.0, gt=0)
 
 
+class Endpoints(_Section):
+    # Minutes an endpoint may go without a request before it gives its devices back; the next
+    # request starts it again. 0: never. An endpoint's --idle-minutes overrides it.
+    idle_minutes: float = Field(30.0, ge=0)
+
+
 class Bootstrap(_Section):
     # The first admin token, given (a deployment's Secret): registered at start-up when the
     # database does not hold it. Either the value or a file holding it (a mounted Secret).
@@ -316,6 +322,7 @@ class Trainer(_Section):
     catalog: list[CatalogEntry] | None = None  # None: the development catalog
     dev_models_dir: str | None = None
     controller: Controller = Field(default_factory=Controller)
+    endpoints: Endpoints = Field(default_factory=Endpoints)
     bootstrap: Bootstrap = Field(default_factory=Bootstrap)
     tinker: Tinker = Field(default_factory=Tinker)
     testing: Testing = Field(default_factory=Testing)

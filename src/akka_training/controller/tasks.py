@@ -30,6 +30,7 @@ from akka_training.backends.base import (
 )
 from akka_training.controller.launch import bootstrap_lifetime, job_addresses, job_env
 from akka_training.controller.views import Limits
+from akka_training.core.serving import SERVE
 from akka_training.core.states import (
     OPEN_CLAIM_STATES,
     TASK_RULES,
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 TASK_JOB = "akka_training.engines.tasks.job"
 # A task has one attempt: the same pair (task id, 1) always names its one job.
 ATTEMPT = 1
+# Kinds of task that run until cancelled: a job that dies is launched again, not failed.
+LONG_LIVED = frozenset({SERVE})
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class TaskView:
     stop_sent: bool
     # Its open claim's state (QUEUED, GRANTED), None when it holds none.
     claim_state: str | None = None
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class TaskDecision:
     detail: str | None = None
     # The task has ended and its job is gone (or never ran): give its devices back.
     release_claim: bool = False
+    # A long-lived task's job died: launch it again, on the devices it holds.
+    relaunch: bool = False
 
 
 def decide(view: TaskView, status: JobStatus | None, log_tail: str, now: datetime) -> TaskDecision:
@@ -109,6 +115,8 @@ def decide(view: TaskView, status: JobStatus | None, log_tail: str, now: datetim
         return TaskDecision(release_claim=holds)
     if cancelling:
         return TaskDecision(end=TaskRule.CANCEL, release_claim=holds)
+    if view.kind in LONG_LIVED:
+        return TaskDecision(relaunch=True)
     return TaskDecision(
         release_claim=holds,
         end=TaskRule.FAIL,
@@ -180,7 +188,9 @@ def prepare_task_launch(ctx: AppContext, task_id: str) -> LaunchRequest | None:
         )
         return LaunchRequest(
             run_id=task.id,
-            attempt=ATTEMPT,
+            # A long-lived task's every launch is a job of its own (backends launch idempotently
+            # by task and attempt).
+            attempt=task.launch_tries + 1 if task.kind in LONG_LIVED else ATTEMPT,
             pool=task.pool,
             devices=len(devices),
             device_ids=devices,
@@ -215,7 +225,9 @@ def _reconcile(ctx: AppContext, view: TaskView, limits: Limits) -> None:
         with ctx.db.session() as session:
             release_task_claim(session, view.id, now)
         return
-    if decision.launch:
+    if decision.relaunch:
+        _relaunch(ctx, view, tail, now)
+    elif decision.launch:
         _launch(ctx, view, limits)
     elif decision.stop_job and view.handle is not None:
         try:
@@ -241,6 +253,21 @@ def _reconcile(ctx: AppContext, view: TaskView, limits: Limits) -> None:
             )
             if decision.release_claim:
                 release_task_claim(session, task.id, now)
+
+
+def _relaunch(ctx: AppContext, view: TaskView, tail: str, now: datetime) -> None:
+    """Back to PENDING with no job and no address: the next pass launches it again (its claim
+    stays granted), and until its new job reports an address requests are told to wait."""
+    with ctx.db.session() as session:
+        task = lock_task(session, view.id)
+        if task is None or task.state != view.state or task.reported or task.requested:
+            return
+        move_task(session, task, TaskRule.RELAUNCH, now=now)
+        task.handle = None
+        task.progress = None
+        task.stop_sent = False
+        task.last_error = _last_lines(tail, 15) or None
+    log.warning("the job of task %s ended without a report; launching it again", view.id)
 
 
 def _launch(ctx: AppContext, view: TaskView, limits: Limits) -> None:
@@ -302,6 +329,7 @@ def _view(task: Task, claim_state: str | None = None) -> TaskView:
         reported=task.reported,
         stop_sent=task.stop_sent,
         claim_state=claim_state,
+        kind=task.kind,
     )
 
 

@@ -116,6 +116,7 @@ class TaskRule(StrEnum):
     SUCCEED = "succeed"  # its job reported the result
     FAIL = "fail"  # its job reported a failure, died without a report, or never started
     CANCEL = "cancel"  # a user's cancel, once its job is gone (or before it ran)
+    RELAUNCH = "relaunch"  # a long-lived task's job (an endpoint's) died: it starts again
 
 
 # A task's job may report its end before the controller has recorded its launch: the end
@@ -130,6 +131,7 @@ TASK_RULES: Rules[TaskState, TaskRule] = Rules(
         rule(TaskRule.SUCCEED, _OPEN_TASK, TaskState.SUCCEEDED),
         rule(TaskRule.FAIL, _OPEN_TASK, TaskState.FAILED),
         rule(TaskRule.CANCEL, _OPEN_TASK, TaskState.CANCELLED),
+        rule(TaskRule.RELAUNCH, {TaskState.RUNNING}, TaskState.PENDING),
     ),
 )
 

@@ -69,6 +69,8 @@ class TaskProgressReport(PlanModel):
     message: str
     done: float | None = None
     total: float | None = None
+    # Where a long-lived task answers requests (an endpoint's job: ``http://HOST:PORT``).
+    address: str | None = None
 
 
 class TaskFinishedReport(PlanModel):

@@ -25,9 +25,11 @@ from akka_training.server.routers import (
     capacity,
     catalog,
     datasets,
+    endpoints,
     evaluations,
     grafana,
     jobs,
+    openai,
     pipelines,
     projects,
     regrades,
@@ -57,6 +59,8 @@ ROUTERS = (
     evaluations,
     grafana,
     tinker,
+    endpoints,
+    openai,
 )
 
 

@@ -137,7 +137,7 @@ def test_an_unknown_kind_fails_naming_the_kinds_this_job_runs(
     assert run(task, report_server, tmp_path) == 1
 
     assert report_server.of("failed")[0]["message"] == (
-        "this job knows no task 'distill' (it runs evaluate, merge, preview, regrade, verify): the "
-        "cluster's akka-training is "
+        "this job knows no task 'distill' (it runs evaluate, merge, preview, regrade, serve, "
+        "verify): the cluster's akka-training is "
         "older than the service's"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from akka_training.cli.lazy import Lazy, lazy_group
-from akka_training.cli.training import info
+from akka_training.cli.training import chat, info, sample
 
 _PACKAGE = "akka_training.cli.training"
 
@@ -29,6 +29,12 @@ _NOUNS = [
         "evaluations",
         "Score adapters on held-out datasets and compare the scores.",
     ),
+    (
+        "endpoints",
+        "endpoint",
+        "endpoints",
+        "Serve a base model and adapters over the OpenAI API.",
+    ),
 ]
 
 NOUNS: dict[str, Lazy] = {}
@@ -46,6 +52,8 @@ app = typer.Typer(
 )
 app.command("info")(info.info)
 app.command("capacity")(info.capacity)
+app.command("chat")(chat.chat)
+app.command("sample")(sample.sample)
 
 
 def runs_app() -> typer.Typer:

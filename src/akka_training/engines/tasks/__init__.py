@@ -15,4 +15,5 @@ TASKS: dict[str, str] = {
     "preview": "akka_training.engines.tasks.preview:preview",
     "evaluate": "akka_training.engines.tasks.evaluate:evaluate",
     "verify": "akka_training.engines.tasks.verify:verify",
+    "serve": "akka_training.engines.tasks.serve:serve",
 }

@@ -39,10 +39,16 @@ class TaskReporter:
     def started(self, placement: Placement) -> None:
         self._post("started", TaskStartedReport(placement=placement).to_json())
 
-    def progress(self, message: str, done: float | None = None, total: float | None = None) -> None:
-        self._post(
-            "progress", TaskProgressReport(message=message, done=done, total=total).to_json()
-        )
+    def progress(
+        self,
+        message: str,
+        done: float | None = None,
+        total: float | None = None,
+        address: str | None = None,
+    ) -> dict[str, Any]:
+        """Report progress; the service's answer (a long-lived task's current `params`)."""
+        report = TaskProgressReport(message=message, done=done, total=total, address=address)
+        return self._post("progress", report.to_json())
 
     def finished(self, result: dict[str, Any]) -> None:
         self._post("finished", TaskFinishedReport(result=result).to_json())
@@ -53,9 +59,11 @@ class TaskReporter:
     def close(self) -> None:
         self._client.close()
 
-    def _post(self, kind: str, body: dict[str, Any]) -> None:
+    def _post(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
         response = deliver(self._client, f"{self._base}/{kind}", kind, body, self._patience)
         if response.status_code == 409:
             raise TaskCancelled(response.text[:500])
-        if response.json().get("action") == "stop" and kind != "finished":
+        answer: dict[str, Any] = response.json()
+        if answer.get("action") == "stop" and kind != "finished":
             raise TaskCancelled("the task was cancelled")
+        return answer

@@ -13,9 +13,11 @@ from sqlalchemy.orm import Session
 from akka_training.api.tasks import TaskDirective, TaskProgress, TaskRecord
 from akka_training.core.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from akka_training.core.parsing import parse_model
+from akka_training.core.serving import SERVE
 from akka_training.core.states import TERMINAL_TASK_STATES, Request, TaskRule, TaskState
 from akka_training.core.tasks import (
     TASK_REPORTS,
+    TaskAction,
     TaskFailedReport,
     TaskFinishedReport,
     TaskProgressReport,
@@ -151,7 +153,11 @@ def report(
         task.last_error = parsed.detail
         task.reported = True
         move_task(session, task, TaskRule.FAIL, failure=parsed.message, now=now)
-    return TaskDirective(action="stop" if task.requested == Request.CANCEL else "continue")
+    action: TaskAction = "stop" if task.requested == Request.CANCEL else "continue"
+    if task.kind == SERVE and isinstance(parsed, TaskProgressReport):
+        # An endpoint's job loads and drops adapters as its parameters change.
+        return TaskDirective(action=action, params=task.params)
+    return TaskDirective(action=action)
 
 
 def task_record(task: Task) -> TaskRecord:
@@ -163,7 +169,7 @@ def task_record(task: Task) -> TaskRecord:
         state=task.state,
         requested=task.requested,
         pool=task.pool,
-        progress=TaskProgress.model_validate(task.progress) if task.progress else None,
+        progress=_progress(task.progress),
         result=task.result,
         failure=task.failure,
         failure_detail=task.last_error if task.state == TaskState.FAILED else None,
@@ -171,3 +177,10 @@ def task_record(task: Task) -> TaskRecord:
         started_at=task.started_at,
         ended_at=task.ended_at,
     )
+
+
+def _progress(progress: dict[str, Any] | None) -> TaskProgress | None:
+    """The progress a user reads (an endpoint's address is the front door's, not theirs)."""
+    if not progress:
+        return None
+    return TaskProgress.model_validate({k: v for k, v in progress.items() if k != "address"})

@@ -1,0 +1,98 @@
+"""The endpoint task (`core.serving`): load the base model and the endpoint's adapters into
+the generation engine, serve the OpenAI API on this host, tell the service the address, and
+keep telling it until the endpoint is deleted (the report's answer says stop), or until it has
+gone `idle_minutes` without a request: then it ends with ``{"idle": true}`` and its devices go
+back to the pool. Each answer
+carries the endpoint's parameters as they are now: an adapter added to the endpoint is loaded,
+one removed is dropped, while the server runs.
+
+The server listens on the address ``AKKA_ENDPOINT_HOST`` names (default 127.0.0.1: the local
+backend's trainer is on this host; on a cluster the node's address)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from akka_training.core.serving import ServedAdapter, ServeParams
+from akka_training.core.tasks import base_model_unavailable
+from akka_training.engines.failures import SourceUnavailable
+from akka_training.engines.generation.engine import GenerationEngine
+from akka_training.engines.model_cache import local_model
+from akka_training.engines.serving.http_server import EndpointServer
+from akka_training.engines.snapshots import download_adapter
+from akka_training.engines.tasks.context import TaskContext, TaskError
+from akka_training.engines.tasks.reporter import TaskCancelled
+
+HOST_ENV = "AKKA_ENDPOINT_HOST"
+
+log = logging.getLogger(__name__)
+
+
+def serve(task: TaskContext, stop: threading.Event | None = None) -> dict[str, Any]:
+    params = ServeParams.model_validate(task.spec.params)
+    base = params.base_model
+    base.path = local_model(base.path, task.spec.storage_s3)
+    if not (Path(base.path) / "config.json").is_file():
+        raise TaskError(
+            base_model_unavailable(base.id, base.path, f"node {socket.gethostname()}", None)
+        )
+    task.progress(f"loading the base model {base.id}")
+    on_gpu = task.placement is not None and bool(task.placement.gpus)
+    engine = GenerationEngine(Path(base.path), device=_device(on_gpu))
+    for adapter in params.adapters:
+        task.progress(f"loading the adapter {adapter.name}")
+        engine.add_adapter(adapter.name, _fetch(task, adapter))
+    server = EndpointServer(engine, os.environ.get(HOST_ENV, "127.0.0.1")).start()
+    stop = stop or threading.Event()
+    idle_after = params.idle_minutes * 60
+    went_idle = False
+    try:
+        while True:
+            answer = task.reporter.progress("serving", address=server.address)
+            if answer.get("params"):
+                follow(task, engine, ServeParams.model_validate(answer["params"]))
+            if idle_after and server.activity.idle_for() >= idle_after:
+                # Its devices go back to the pool; the next request starts it again.
+                went_idle = True
+                break
+            if stop.wait(params.heartbeat_seconds):
+                break
+    except TaskCancelled:
+        pass
+    finally:
+        server.close()
+    return {"served": sorted(engine.adapters), "idle": went_idle}
+
+
+def follow(task: TaskContext, engine: GenerationEngine, params: ServeParams) -> None:
+    """Load the adapters `params` names that `engine` lacks, and drop those it no longer
+    names. An adapter that cannot be read is left out (and logged), the others still serve."""
+    wanted = {a.name: a for a in params.adapters}
+    for name in set(engine.adapters) - set(wanted):
+        engine.remove_adapter(name)
+    for name, adapter in wanted.items():
+        if name in engine.adapters:
+            continue
+        try:
+            engine.add_adapter(name, _fetch(task, adapter))
+        except TaskError as exc:
+            log.error("%s", exc.message)
+
+
+def _fetch(task: TaskContext, adapter: ServedAdapter) -> Path:
+    target = task.workdir / "adapters" / adapter.name.replace(":", "_")
+    try:
+        return download_adapter(task.store, adapter.weights, target)
+    except SourceUnavailable as exc:
+        raise TaskError(f"the adapter {adapter.name} could not be read: {exc}") from exc
+
+
+def _device(on_gpu: bool) -> str:
+    return "cuda" if on_gpu and torch.cuda.is_available() else "cpu"

@@ -1,0 +1,155 @@
+"""The front door: the OpenAI API under ``/openai/v1`` (`chat/completions`, `completions`,
+`models`), with a project's token as the API key.
+
+A request's `model` is resolved to one of the caller's projects' endpoints and an adapter on it
+(`services/endpoints.route`), and forwarded to the endpoint's job, its answer (a stream too)
+passed back as it comes. Every refusal is OpenAI's error object: 400, 401, 404 for a model no
+endpoint of the caller's projects serves (another project's among them), and 503 with
+``Retry-After`` while the endpoint starts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio.to_thread
+import httpx
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from akka_training.core.errors import AkkaError
+from akka_training.core.serving import ADAPTER_HEADER
+from akka_training.deployment.context import AppContext
+from akka_training.server.auth import Principal, authenticate, bearer
+from akka_training.server.services import endpoints as service
+
+router = APIRouter(prefix="/openai/v1", include_in_schema=False)
+
+# Seconds a client is told to wait while an endpoint starts.
+RETRY_AFTER = 5
+_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+
+
+@router.get("/models")
+async def models(request: Request) -> Response:
+    ctx: AppContext = request.app.state.ctx
+    try:
+        principal = await anyio.to_thread.run_sync(_principal, ctx, request)
+        served = await anyio.to_thread.run_sync(_served, ctx, principal)
+    except AkkaError as exc:
+        return _error(exc)
+    data = [
+        {"id": name, "object": "model", "created": int(time.time()), "owned_by": project}
+        for name, project in served
+    ]
+    return JSONResponse({"object": "list", "data": data})
+
+
+@router.post("/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    return await _forward(request, "/v1/chat/completions")
+
+
+@router.post("/completions")
+async def completions(request: Request) -> Response:
+    return await _forward(request, "/v1/completions")
+
+
+async def _forward(request: Request, path: str) -> Response:
+    ctx: AppContext = request.app.state.ctx
+    try:
+        principal = await anyio.to_thread.run_sync(_principal, ctx, request)
+    except AkkaError as exc:
+        return _error(exc)
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return _refuse(400, "The request's body is not JSON.", None)
+    model = body.get("model") if isinstance(body, dict) else None
+    if not isinstance(model, str) or not model:
+        return _refuse(400, "model is required: a base model, a run, or RUN:step-N.", "model")
+    try:
+        route = await anyio.to_thread.run_sync(_route, ctx, principal, model)
+    except AkkaError as exc:
+        return _error(exc)
+    if route.address is None:
+        if ctx.controller is not None:
+            ctx.controller.wake()  # an idle endpoint may have been started again
+        return _refuse(
+            503,
+            f"The endpoint serving {model} is starting; try again in a few seconds.",
+            None,
+            {"Retry-After": str(RETRY_AFTER)},
+        )
+    headers = {"Content-Type": "application/json"}
+    if route.adapter is not None:
+        headers[ADAPTER_HEADER] = route.adapter
+    client = httpx.AsyncClient(base_url=route.address, timeout=_TIMEOUT)
+    try:
+        upstream = await client.send(
+            client.build_request("POST", path, content=raw, headers=headers), stream=True
+        )
+    except httpx.HTTPError:
+        await client.aclose()
+        return _refuse(
+            503,
+            f"The endpoint serving {model} does not answer; it may be restarting. Try again "
+            "in a few seconds.",
+            None,
+            {"Retry-After": str(RETRY_AFTER)},
+        )
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            async for piece in upstream.aiter_raw():
+                yield piece
+        finally:
+            await upstream.aclose()
+            await client.aclose()
+
+    return StreamingResponse(
+        relay(),
+        status_code=upstream.status_code,
+        media_type=upstream.headers.get("content-type", "application/json"),
+    )
+
+
+def _principal(ctx: AppContext, request: Request) -> Principal:
+    with ctx.db.session() as session:
+        principal = authenticate(session, bearer(request))
+    principal.refuse_reporters()
+    return principal
+
+
+def _route(ctx: AppContext, principal: Principal, model: str) -> service.Route:
+    with ctx.db.session() as session:
+        return service.route(session, principal, model)
+
+
+def _served(ctx: AppContext, principal: Principal) -> list[tuple[str, str]]:
+    with ctx.db.session() as session:
+        return service.served_models(session, principal)
+
+
+def _error(exc: AkkaError) -> JSONResponse:
+    param = "model" if exc.status == 404 else None
+    return _refuse(exc.status, exc.message, param)
+
+
+def _refuse(
+    status: int, message: str, param: str | None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    kinds = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error"}
+    codes = {401: "invalid_api_key", 404: "model_not_found", 503: "unavailable"}
+    kind = kinds.get(status, "invalid_request_error" if status < 500 else "server_error")
+    error: dict[str, Any] = {
+        "message": message,
+        "type": kind,
+        "param": param,
+        "code": codes.get(status),
+    }
+    return JSONResponse({"error": error}, status_code=status, headers=headers)
