@@ -57,6 +57,8 @@ def serve(
     # Imported here so that the rest of the CLI starts without the service's dependencies,
     # which an install without the `service` extra does not have.
     with _service_imports():
+        import uvicorn
+
         from akka_training.config.settings import load_settings
         from akka_training.server.starting import StartingResponder, listen
 
@@ -83,8 +85,6 @@ def serve(
     responder = StartingResponder(sock).start()
     try:
         with _service_imports():
-            import uvicorn
-
             from akka_training.deployment.context import build_context
             from akka_training.server.app import create_app
             from akka_training.server.bootstrap import bootstrap_home
