@@ -52,7 +52,10 @@ def test_the_demo_learns_the_right_answer_and_its_control_does_not(
 ) -> None:
     trained = demo(tmp_path / "trained", dev_models)
     before, after = correct_share(trained)
-    assert after - before > 0.2, trained[-3000:]
+    # Measured: 0.278 -> 0.434 over the first and the last 10 steps of 32 rollouts each (a
+    # standard error of about 0.04 for the difference); two-digit numbers learn more slowly than
+    # the single digits the demo used to ask.
+    assert after - before > 0.1, trained[-3000:]
     assert "The correct term rose: the policy answers more prompts right." in trained
     # Every command it runs is printed, the starts included; the held-out evaluations compare
     # GRPO with the SFT adapter it started from.
