@@ -106,7 +106,12 @@ def serve(
             timeout_graceful_shutdown=5,
         )
     )
-    server.run(sockets=[sock])
+    # uvicorn binds the port itself again: served on the socket handed over, an answer sent
+    # before a request's whole body was read (413 on an upload over the limit) lost its body
+    # to the connection's reset. The moment between is covered by the client, which tries a
+    # refused connection again after a "starting" answer.
+    sock.close()
+    server.run()
 
 
 @contextmanager

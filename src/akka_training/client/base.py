@@ -170,6 +170,9 @@ class BaseClient:
                         )
                     attempt -= 1
                     time.sleep(retry_after(response) or 1.0)
+                    # The trainer may be between its "starting" answers and its service
+                    # listening: a refused connection is tried again from here.
+                    began = time.monotonic()
                     continue
                 pause = policy.delay(attempt, response, idempotent)
                 if pause is None or time.monotonic() + pause > deadline:

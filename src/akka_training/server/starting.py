@@ -5,8 +5,8 @@ minute), and meanwhile answers every request with 503 and the error code ``start
 so on one line and sends its request again once the trainer is up (`client.base`).
 
 The answer is written on the listening socket by one thread, with the standard library only,
-before the application (and uvicorn) exist; `stop` hands the socket, with the connections
-waiting on it, to uvicorn.
+before the application (and uvicorn) exist. After `stop` the socket is closed and uvicorn
+binds the port itself; a client that finds it refused in the moment between tries again.
 """
 
 from __future__ import annotations
