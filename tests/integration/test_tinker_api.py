@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -189,3 +190,79 @@ def test_a_key_without_the_tml_prefix_is_refused(trainer: TrainerProcess) -> Non
     )
     assert answer.status_code == 401
     assert "'tml-' followed by a token of this trainer" in answer.text
+
+
+def prompt_of(dev_models: Path, text: str) -> list[int]:
+    tokenizer = AutoTokenizer.from_pretrained(str(dev_models / "tiny-chat"))
+    return list(tokenizer.encode(text))
+
+
+def test_sampling_from_saved_weights_is_peft_greedy_generation(
+    trainer: TrainerProcess, dev_models: Path, tmp_path: Path
+) -> None:
+    service = tinker.ServiceClient(base_url=f"{trainer.url}/tinker", api_key=key(trainer, "demo"))
+    training = service.create_lora_training_client(base_model="tiny-chat", rank=8, seed=0).result()
+    run_id = training.model_id
+    two_steps(training, datums(dev_models))
+    saved = training.save_weights_for_sampler("greedy").result()
+    assert saved.path == f"tinker://{run_id}/sampler_weights/greedy"
+    sampler = service.create_sampling_client(model_path=saved.path).result()
+    assert sampler.get_base_model() == "tiny-chat"
+    tokens = prompt_of(dev_models, "What is 2 + 1? ####")
+    prompt = types.ModelInput.from_ints(tokens)
+    greedy = types.SamplingParams(max_tokens=8, temperature=0)
+    answered = sampler.sample(prompt, num_samples=2, sampling_params=greedy).result()
+    first, second = answered.sequences
+    assert first.tokens == second.tokens and first.tokens
+    assert first.logprobs is not None and len(first.logprobs) == len(first.tokens)
+
+    # Seeded sampling repeats itself; a stop string ends the text where it appears.
+    seeded = types.SamplingParams(max_tokens=6, temperature=1.0, seed=7)
+    once = sampler.sample(prompt, num_samples=1, sampling_params=seeded).result()
+    again = sampler.sample(prompt, num_samples=1, sampling_params=seeded).result()
+    assert once.sequences[0].tokens == again.sequences[0].tokens
+
+    # compute_logprobs: one value a prompt token after the first, the model's own.
+    logprobs = sampler.compute_logprobs(prompt).result()
+    assert logprobs[0] is None and len(logprobs) == len(tokens)
+
+    # The base model samples too, through the training client's job.
+    base = service.create_sampling_client(base_model="tiny-chat").result()
+    from_base = base.sample(prompt, num_samples=1, sampling_params=greedy).result()
+    assert from_base.sequences[0].tokens
+
+    # Sampling from the training client's current weights, unnamed.
+    current = training.save_weights_and_get_sampling_client().result()
+    latest = current.sample(prompt, num_samples=1, sampling_params=greedy).result()
+    assert latest.sequences[0].tokens == first.tokens
+
+    service.close("success").result()
+    client = trainer.client()
+    until(lambda: client.run(run_id).phase == "COMPLETED", what="the run to end", timeout=120)
+    dest = tmp_path / "adapter"
+    trainer.cli_json("training", "runs", "download", run_id, "-d", str(dest))
+    model: Any = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(str(dev_models / "tiny-chat")), str(dest)
+    )
+    model.eval()
+    ids = torch.tensor([tokens])
+    with torch.no_grad():
+        generated = model.generate(input_ids=ids, max_new_tokens=8, do_sample=False)
+        logits = model(input_ids=ids).logits[0, :-1]
+    expected = generated[0, len(tokens) :].tolist()
+    eos = model.generation_config.eos_token_id
+    eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
+    if any(t in eos_ids for t in expected):
+        expected = expected[: min(expected.index(t) for t in eos_ids if t in expected)]
+    assert first.tokens == expected
+    scored = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0].tolist()
+    assert logprobs[1:] == pytest.approx(scored, abs=1e-4)
+
+
+def test_a_sample_from_a_training_snapshot_path_is_refused(trainer: TrainerProcess) -> None:
+    service = tinker.ServiceClient(base_url=f"{trainer.url}/tinker", api_key=key(trainer, "demo"))
+    with pytest.raises(tinker.BadRequestError, match="is a training snapshot"):
+        service.create_sampling_client(model_path="tinker://r-x/weights/one").result()
+    with pytest.raises(tinker.ConflictError, match="needs a training client of it"):
+        service.create_sampling_client(base_model="tiny-chat").result()
+    service.close("success").result()
