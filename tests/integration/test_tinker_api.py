@@ -266,3 +266,67 @@ def test_a_sample_from_a_training_snapshot_path_is_refused(trainer: TrainerProce
     with pytest.raises(tinker.ConflictError, match="needs a training client of it"):
         service.create_sampling_client(base_model="tiny-chat").result()
     service.close("success").result()
+
+
+def test_an_rl_loop_raises_a_simple_reward(trainer: TrainerProcess, dev_models: Path) -> None:
+    """Sample, score, importance_sampling: the reward is the share of sampled tokens in the
+    lower half of the vocabulary, and it rises within a few steps."""
+    service = tinker.ServiceClient(base_url=f"{trainer.url}/tinker", api_key=key(trainer, "demo"))
+    training = service.create_lora_training_client(base_model="tiny-chat", rank=8, seed=0).result()
+    tokenizer = AutoTokenizer.from_pretrained(str(dev_models / "tiny-chat"))
+    half = len(tokenizer) // 2
+    tokens = prompt_of(dev_models, "Say something:")
+    prompt = types.ModelInput.from_ints(tokens)
+
+    def reward(sampled: list[int]) -> float:
+        return sum(t < half for t in sampled) / len(sampled) if sampled else 0.0
+
+    means: list[float] = []
+    for step in range(10):
+        sampler = training.save_weights_and_get_sampling_client().result()
+        params = types.SamplingParams(max_tokens=8, temperature=1.0, seed=step)
+        sequences = sampler.sample(prompt, num_samples=8, sampling_params=params).result().sequences
+        rewards = [reward(list(s.tokens)) for s in sequences]
+        baseline = sum(rewards) / len(rewards)
+        means.append(baseline)
+        data = []
+        for sequence, value in zip(sequences, rewards, strict=True):
+            sampled = list(sequence.tokens)
+            if not sampled:
+                continue
+            assert sequence.logprobs is not None
+            full = tokens + sampled
+            before = len(tokens) - 1
+            data.append(
+                types.Datum(
+                    model_input=types.ModelInput.from_ints(full[:-1]),
+                    loss_fn_inputs={
+                        "target_tokens": types.TensorData.from_numpy(np.array(full[1:])),
+                        "logprobs": types.TensorData.from_numpy(
+                            np.array([0.0] * before + list(sequence.logprobs), dtype=np.float32)
+                        ),
+                        "advantages": types.TensorData.from_numpy(
+                            np.array(
+                                [0.0] * before + [value - baseline] * len(sampled),
+                                dtype=np.float32,
+                            )
+                        ),
+                    },
+                )
+            )
+        fwd = training.forward_backward(data, "importance_sampling")
+        opt = training.optim_step(types.AdamParams(learning_rate=5e-2))
+        fwd.result()
+        opt.result()
+    assert sum(means[-3:]) / 3 > sum(means[:3]) / 3 + 0.2, means
+
+    # What the engine does not do is refused with a sentence saying what to change.
+    with pytest.raises(tinker.RequestFailedError, match="top_k is not supported here"):
+        sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2, top_k=5)).result()
+    run_id = training.model_id
+    unknown = service.create_sampling_client(
+        model_path=f"tinker://{run_id}/sampler_weights/never-saved"
+    )
+    with pytest.raises(tinker.RequestFailedError, match="are not held by run"):
+        unknown.result().sample(prompt, 1, types.SamplingParams(max_tokens=2)).result()
+    service.close("success").result()
