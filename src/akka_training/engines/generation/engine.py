@@ -42,11 +42,19 @@ class GenerationEngine:
     """A base model and the adapters held on it. `generate` is safe to call from several
     threads (one batch runs at a time); adding or removing an adapter waits for the batch."""
 
-    def __init__(self, base: Path, device: str = "cpu", dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        base: Path,
+        device: str = "cpu",
+        dtype: torch.dtype | None = None,
+        model: torch.nn.Module | None = None,
+    ) -> None:
+        """`model`: the base model, already loaded on `device` (a job that holds it shares its
+        weights rather than loading them twice); without it, the model is loaded from `base`."""
         self.base_path = base
         self.device = torch.device(device)
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(base))
-        self._base: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
+        self._base: torch.nn.Module = model or AutoModelForCausalLM.from_pretrained(
             str(base), dtype=dtype or torch.float32, device_map=str(self.device)
         )
         self._base.eval()

@@ -93,7 +93,8 @@ def serve(spec: InteractiveJobSpec, reporter: HttpReporter) -> int:
         store_tokenizer(store, spec.run_id, base)
         path = base.path
         session.model = LoraModel(path, spec.settings.lora)
-        session.sampler = Sampler(spec.run_id, Path(path), str(session.model.device))
+        model = session.model
+        session.sampler = Sampler(spec.run_id, Path(path), str(model.device), model.shared_base)
         source = spec.settings.source
         if source is not None:
             session.load(source.path, source.optimizer)

@@ -1,9 +1,10 @@
 """Sampling in an interactive run's job, through the one generation engine
 (`akka_training.engines.generation`).
 
-The engine is loaded once, at the first sampler save or sample, with the run's base model; every
-``save_weights_for_sampler`` adds the adapter as it stands to the engine's named adapters (no base
-model is loaded for a save). A sampling session's id is ``RUN:sampler:NAME``: NAME is the adapter
+The engine is made once, at the first sampler save or sample, over the base weights the training
+model holds (shared, not copied: `model.LoraModel.shared_base`); every ``save_weights_for_sampler``
+adds the adapter as it stands to the engine's named adapters (no base model is loaded for a
+save). A sampling session's id is ``RUN:sampler:NAME``: NAME is the adapter
 it samples (``engines.generation.BASE`` for the base model alone). Samples run on the engine's batcher, beside the
 training queue, and their results wait here, under ``RUN:sample:N``, until the service retrieves
 them; the result is the SDK's protobuf ``SampleResponse``.
@@ -15,12 +16,13 @@ import itertools
 import logging
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tinker.proto import tinker_public_pb2 as pb
 
 from akka_training.engines.generation.batcher import Batcher
@@ -58,10 +60,14 @@ def adapter_of(session_id: str) -> str:
 class Sampler:
     """The generation engine of one job, its adapters, and the samples it answers."""
 
-    def __init__(self, run_id: str, base: Path, device: str) -> None:
+    def __init__(
+        self, run_id: str, base: Path, device: str, model: Callable[[], torch.nn.Module]
+    ) -> None:
+        """`model` makes the engine's base model (sharing the training model's weights)."""
         self.run_id = run_id
         self.base = base
         self.device = device
+        self._model = model
         self._engine: GenerationEngine | None = None
         self._batcher: Batcher | None = None
         self._lock = threading.Lock()
@@ -76,7 +82,7 @@ class Sampler:
     def engine(self) -> tuple[GenerationEngine, Batcher]:
         with self._lock:
             if self._engine is None or self._batcher is None:
-                self._engine = GenerationEngine(self.base, device=self.device)
+                self._engine = GenerationEngine(self.base, self.device, model=self._model())
                 self._batcher = Batcher(self._engine)
             return self._engine, self._batcher
 
