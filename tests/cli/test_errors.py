@@ -4,8 +4,10 @@ message, the right exit status, never a traceback."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.cli import inprocess
 
@@ -58,4 +60,26 @@ def test_serve_without_the_service_extra_names_the_extra() -> None:
         "error: akka trainer serve needs the trainer service's dependencies, which this "
         "installation lacks (no module 'uvicorn'): install them with "
         "pip install 'akka-training[service]'."
+    )
+
+
+def test_serve_on_a_port_something_holds_says_so(tmp_path: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        result = inprocess.akka(
+            "trainer",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            env={"AKKA_HOME": str(tmp_path / "home"), "AKKA_CONFIG": str(tmp_path / "c.yaml")},
+            unset=["TRAINER_URL", "AKKA_CONTEXT"],
+        )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: akka trainer serve cannot listen on 127.0.0.1:{port} (Address already in use); "
+        "stop what holds the port or choose another with --port."
     )

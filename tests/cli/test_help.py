@@ -11,7 +11,7 @@ from typing import Any
 import typer
 from typer._click.core import Context
 
-from akka_training.cli.main import app
+from akka_training.cli.root import app
 
 
 def commands() -> Iterator[tuple[str, Any, Context]]:

@@ -85,7 +85,7 @@ def test_a_command_loads_its_own_group_only() -> None:
 def test_a_group_lists_each_lazy_subgroup_with_its_own_help() -> None:
     """The help `akka --help` and `akka training --help` list without importing a group is the
     help of the group once imported."""
-    from akka_training.cli.main import GROUPS
+    from akka_training.cli.root import GROUPS
     from akka_training.cli.training import NOUNS
 
     for name, entry in [*GROUPS.items(), *NOUNS.items()]:
@@ -97,7 +97,7 @@ def test_a_group_lists_each_lazy_subgroup_with_its_own_help() -> None:
 def test_no_color_is_set_on_the_help_renderer_without_importing_it() -> None:
     code = (
         "import sys\n"
-        "from akka_training.cli.main import extract_globals\n"
+        "from akka_training.cli.root import extract_globals\n"
         "extract_globals(['--no-color', 'training', 'runs', 'list'])\n"
         "print('typer.rich_utils' in sys.modules)\n"
         "import typer.rich_utils\n"

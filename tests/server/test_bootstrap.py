@@ -15,7 +15,7 @@ from sqlalchemy import select
 from akka_training.client.contexts import load_config
 from akka_training.config.settings import Settings, SettingsError
 from akka_training.deployment.context import build_context
-from akka_training.server.bootstrap import bootstrap
+from akka_training.server.bootstrap import bootstrap, bootstrap_home
 from akka_training.storage.models import Token
 
 GIVEN = "a" * 40
@@ -148,3 +148,34 @@ def test_bad_bootstrap_settings_are_refused_by_name(
     with pytest.raises(SettingsError) as caught:
         start(tmp_path / "home", tmp_path / "db.sqlite", **given)
     assert caught.value.message == message
+
+
+def test_the_context_is_written_before_the_catalog_is_loaded(
+    tmp_path: Path, cli_config: Path
+) -> None:
+    # `akka trainer serve` bootstraps from build_context's database hook: a command run while
+    # the development models are built already finds the context.
+    settings = Settings.model_validate(
+        {
+            "trainer": {
+                "home": str(tmp_path / "home"),
+                "database": {"url": f"sqlite:///{tmp_path / 'trainer.db'}"},
+                "catalog": [],
+                "pools": [{"name": "default", "devices": 1}],
+            }
+        }
+    )
+    seen: list[str] = []
+
+    def at_database(given: Settings, db: Any) -> None:
+        bootstrap_home(given, db)
+        seen.extend(load_config().contexts)
+
+    ctx = build_context(settings, on_database=at_database)
+    try:
+        assert seen == ["local"]
+        bootstrap(ctx)  # the app's start-up, after: nothing changes
+        assert list(load_config().contexts) == ["local"]
+        assert load_config().contexts["local"].api_host == settings.trainer_url
+    finally:
+        ctx.db.dispose()

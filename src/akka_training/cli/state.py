@@ -77,6 +77,7 @@ class State:
     def client(self) -> TrainerClient:
         if self._client is None:
             self._client = self.connection().client()
+            self._client.on_starting = _say_waiting
         return self._client
 
     def close(self) -> None:
@@ -109,6 +110,12 @@ class State:
 
 
 state = State()
+
+
+def _say_waiting(sentence: str) -> None:
+    """One line, on stderr, while the command waits for a trainer that is starting."""
+    print(f"{sentence.rstrip('.')}; waiting for it.", file=sys.stderr, flush=True)
+
 
 _NO_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -36,6 +38,11 @@ class ServiceNotInstalled(AkkaError):
     status = 0
 
 
+class PortTaken(AkkaError):
+    code = "port-taken"
+    status = 0
+
+
 @app.command()
 def serve(
     config: Path = typer.Option(None, "--config", help="Settings file (trainer.* keys)."),
@@ -49,21 +56,11 @@ def serve(
     catalog, unless settings say otherwise."""
     # Imported here so that the rest of the CLI starts without the service's dependencies,
     # which an install without the `service` extra does not have.
-    try:
+    with _service_imports():
         import uvicorn
 
         from akka_training.config.settings import load_settings
-        from akka_training.deployment.context import build_context
-        from akka_training.server.app import create_app
-    except ModuleNotFoundError as exc:
-        top = (exc.name or "").partition(".")[0]
-        if top not in SERVICE_MODULES:
-            raise
-        raise ServiceNotInstalled(
-            f"akka trainer serve needs the trainer service's dependencies, which this "
-            f"installation lacks (no module {top!r}): install them with "
-            f"pip install 'akka-training[service]'."
-        ) from None
+        from akka_training.server.starting import StartingResponder, listen
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -73,13 +70,56 @@ def serve(
         settings.trainer.listen.host = host
     if port is not None:
         settings.trainer.listen.port = port
-    ctx = build_context(settings)
-    app_ = create_app(settings, ctx)
-    print(f"akka trainer {settings.trainer_url} (home {settings.home})", flush=True)
-    uvicorn.run(
-        app_,
-        host=settings.trainer.listen.host,
-        port=settings.trainer.listen.port,
-        log_level=log_level,
-        timeout_graceful_shutdown=5,
+    # The port first, before the service's modules load: a command run while the trainer
+    # starts is answered "starting" (and waits) instead of finding nothing there. The context
+    # is written before the (slow) first build of the development models.
+    listen_host, listen_port = settings.trainer.listen.host, settings.trainer.listen.port
+    try:
+        sock = listen(listen_host, listen_port)
+    except OSError as exc:
+        raise PortTaken(
+            f"akka trainer serve cannot listen on {listen_host}:{listen_port} "
+            f"({exc.strerror}); stop what holds the port or choose another with --port."
+        ) from None
+    print(f"akka trainer {settings.trainer_url} (home {settings.home}): starting", flush=True)
+    responder = StartingResponder(sock).start()
+    try:
+        with _service_imports():
+            from akka_training.deployment.context import build_context
+            from akka_training.server.app import create_app
+            from akka_training.server.bootstrap import bootstrap_home
+
+        ctx = build_context(settings, on_database=bootstrap_home)
+        app_ = create_app(settings, ctx)
+    except BaseException:
+        responder.stop()
+        sock.close()
+        raise
+    responder.stop()
+    print(f"akka trainer {settings.trainer_url} (home {settings.home}): ready", flush=True)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app_,
+            host=listen_host,
+            port=listen_port,
+            log_level=log_level,
+            timeout_graceful_shutdown=5,
+        )
     )
+    server.run(sockets=[sock])
+
+
+@contextmanager
+def _service_imports() -> Iterator[None]:
+    """Imports of the service's dependencies; a missing one names the `service` extra."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if top not in SERVICE_MODULES:
+            raise
+        raise ServiceNotInstalled(
+            f"akka trainer serve needs the trainer service's dependencies, which this "
+            f"installation lacks (no module {top!r}): install them with "
+            f"pip install 'akka-training[service]'."
+        ) from None

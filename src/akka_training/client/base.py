@@ -17,7 +17,7 @@ from typing import Any, Self, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from akka_training.client.retries import NO_RETRIES, SAFE_METHODS, RetryPolicy
+from akka_training.client.retries import NO_RETRIES, SAFE_METHODS, RetryPolicy, retry_after
 from akka_training.client.tls import DeferredTLS
 from akka_training.core.errors import (
     AkkaError,
@@ -50,6 +50,9 @@ class BaseClient:
         )
         self._refresh = refresh
         self.retries = retries or RetryPolicy()
+        # Called once, with the trainer's sentence, when a request finds the trainer starting
+        # (the CLI prints it); the request waits for the trainer either way.
+        self.on_starting: Callable[[str], None] | None = None
 
     def close(self) -> None:
         self._http.close()
@@ -130,19 +133,44 @@ class BaseClient:
     ) -> httpx.Response:
         """`_send`, again while `self.retries` says so; a streamed body is sent once."""
         policy = NO_RETRIES if _is_stream(content) else self.retries
-        deadline = time.monotonic() + policy.budget_seconds
+        began = time.monotonic()
+        deadline = began + policy.budget_seconds
+        starting_until: float | None = None
         attempt = 0
         while True:
             attempt += 1
             try:
                 response = self._send(method, path, json, params, content, headers, timeout)
             except TrainerUnreachable as exc:
+                if isinstance(exc.__cause__, httpx.ConnectError) and policy.attempts > 1:
+                    # Refused: nothing was sent. A trainer started a moment ago (`akka trainer
+                    # serve &` on the line before) opens its port within `connect_seconds`.
+                    if time.monotonic() - began < policy.connect_seconds:
+                        attempt -= 1
+                        time.sleep(0.2)
+                        continue
+                    raise
                 if not isinstance(exc.__cause__, _DROPPED):
                     raise
                 pause = policy.delay(attempt, None, idempotent)
                 if pause is None or time.monotonic() + pause > deadline:
                     raise
             else:
+                if _is_starting(response) and not _is_stream(content):
+                    # The trainer is up to its port but not yet serving: it saved nothing, and
+                    # it answers soon. The wait is not one of the policy's attempts.
+                    if starting_until is None:
+                        starting_until = time.monotonic() + policy.start_seconds
+                        if self.on_starting is not None:
+                            self.on_starting(_error_message(response))
+                    if time.monotonic() >= starting_until:
+                        raise TrainerUnreachable(
+                            f"The trainer at {self.url} was still starting after "
+                            f"{policy.start_seconds:g} s; its log says what it is doing."
+                        )
+                    attempt -= 1
+                    time.sleep(retry_after(response) or 1.0)
+                    continue
                 pause = policy.delay(attempt, response, idempotent)
                 if pause is None or time.monotonic() + pause > deadline:
                     return response
@@ -232,6 +260,23 @@ class BaseClient:
 # A connection that dropped after the request may have been sent: whether it took effect is
 # unknown, so only an idempotent request is sent again.
 _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+def _is_starting(response: httpx.Response) -> bool:
+    """Whether the answer says the trainer is starting (`server.starting`)."""
+    if response.status_code != 503:
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    error = body.get("error") if isinstance(body, dict) else None
+    return isinstance(error, dict) and error.get("code") == "starting"
+
+
+def _error_message(response: httpx.Response) -> str:
+    error = response.json()["error"]
+    return str(error.get("message", ""))
 
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}

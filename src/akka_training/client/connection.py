@@ -45,7 +45,12 @@ class Connection:
         return TrainerClient(self.url, self.token, timeout=timeout, refresh=self._refresh())
 
     def _refresh(self) -> Callable[[], str | None] | None:
-        """After a 401 with a cached access token: exchange the login once more."""
+        """After a 401 with a cached access token: exchange the login once more. Without any
+        credential: the login of a context written since for this trainer (a trainer's first
+        start writes the context `local` while a command already waits for it)."""
+        if self.credential == "none":
+            path, url = self.config.path, self.url
+            return lambda: _login_written_since(path, url)
         if self.context is None or not self.credential.startswith("context "):
             return None
         context, config = self.context, self.config
@@ -86,6 +91,14 @@ def resolve(
         return Connection(url, None, "none", ctx, file)
     access = cached_access_token(file.path, ctx) or exchange_login(file, ctx)
     return Connection(url, access, f"context {ctx.name}", ctx, file)
+
+
+def _login_written_since(path: Path, url: str) -> str | None:
+    file = load_config(path)
+    ctx = find_context(file, None)
+    if ctx is None or not ctx.login or ctx.url.rstrip("/") != url.rstrip("/"):
+        return None
+    return exchange_login(file, ctx)
 
 
 def exchange_login(config: ConfigFile, ctx: Context) -> str:

@@ -8,6 +8,11 @@
   read, or a submission that carries a ``submissionId``, which the trainer starts once), after
   an exponential back-off.
 
+A trainer that is starting answers 503 with the code ``starting``: every request waits for it
+(up to `start_seconds`), whatever its method, since the trainer took none of it; a refused
+connection is tried again for `connect_seconds`, the time a trainer started on the line before
+takes to open its port.
+
 Either way the client stops after `attempts` sends or once `budget_seconds` have passed, and
 then raises what the last answer said.
 """
@@ -34,6 +39,12 @@ class RetryPolicy:
     # The first back-off after a dropped connection; it doubles each time, up to `max_delay`.
     base_delay: float = 0.5
     max_delay: float = 8.0
+    # How long a request waits for a trainer that answers "starting" (its first start builds
+    # the development models), apart from `attempts` and `budget_seconds`.
+    start_seconds: float = 300.0
+    # How long a refused connection is tried again (nothing was sent): a trainer started the
+    # moment before opens its port within it.
+    connect_seconds: float = 1.5
 
     def delay(
         self, attempt: int, response: httpx.Response | None, idempotent: bool

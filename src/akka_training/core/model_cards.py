@@ -9,6 +9,8 @@ from its spec for the run's experiment tracking."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +48,9 @@ class CardFacts:
     modules: list[str]
     settings: dict[str, Any]
     description: str | None
+    # The loss on the run's evaluation set at (or last before) the weights' step; None where
+    # the run had none or it was not reported.
+    eval_loss: float | None = None
 
 
 def lineage_text(
@@ -70,6 +75,16 @@ def lineage_text(
     if pipeline:
         parts.append(f"stage `{stage}` of pipeline `{pipeline}`")
     return "; ".join(parts)
+
+
+def published_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's resolved settings as a card and `training_settings.json` publish them: without
+    the base model's path on the trainer's disk, which names nothing a reader has."""
+    out = copy.deepcopy(dict(settings))
+    base = out.get("baseModel")
+    if isinstance(base, dict):
+        base.pop("path", None)
+    return out
 
 
 def vllm_max_lora_rank(rank: int) -> int:
@@ -129,7 +144,7 @@ def model_card(facts: CardFacts) -> str:
         "them (also in `training_settings.json`):",
         "",
         "```yaml",
-        yaml.safe_dump(facts.settings, sort_keys=False, width=100).rstrip(),
+        yaml.safe_dump(published_settings(facts.settings), sort_keys=False, width=100).rstrip(),
         "```",
         "",
     ]
@@ -158,6 +173,15 @@ def _rows(facts: CardFacts) -> list[tuple[str, str]]:
         rows.append(("Training loss", _figure(facts.loss)))
     else:
         rows.append(("Reward", _figure(facts.reward)))
+    held_out = facts.settings.get("evalDataset")
+    if isinstance(held_out, dict):
+        rows.append(
+            (
+                "Evaluation loss",
+                f"{_figure(facts.eval_loss)} on `{held_out.get('name')}` version "
+                f"{held_out.get('version')} ({held_out.get('rows')} rows)",
+            )
+        )
     rows.append(("Lineage", facts.lineage))
     if facts.rank is not None:
         short = sorted({m.split(".")[-1] for m in facts.modules})
@@ -172,6 +196,7 @@ def _use_adapter(facts: CardFacts) -> list[str]:
     )
     max_rank = vllm_max_lora_rank(facts.rank or 8)
     return [
+        *_replace(facts, "this directory (where `akka training runs download` put it)"),
         "With PEFT (the directory holds the tokenizer and chat template the run trained with):",
         "",
         "```python",
@@ -197,6 +222,7 @@ def _use_merged(facts: CardFacts) -> list[str]:
         "AutoModelForImageTextToText" if facts.modality == "image-text" else "AutoModelForCausalLM"
     )
     return [
+        *_replace(facts, "this directory (where `akka training runs export` put it)"),
         "With transformers:",
         "",
         "```python",
@@ -208,6 +234,19 @@ def _use_merged(facts: CardFacts) -> list[str]:
         "",
         "With vLLM: `vllm serve DIR`.",
     ]
+
+
+def _replace(facts: CardFacts, directory: str) -> list[str]:
+    """What a reader replaces in the snippets below: DIR, and a base model named by a catalog
+    id that no Hub repository answers to."""
+    said = f"Replace `DIR` with {directory} or with the Hub repository you upload it to."
+    if facts.kind != "merged" and facts.public_name == facts.base_model:
+        said += (
+            f" `{facts.public_name}` is the base model's name in the trainer's catalog, not a "
+            "Hub repository: replace it with the base model's Hub id or a directory holding "
+            "its files."
+        )
+    return [said, ""]
 
 
 def _figure(value: float | None) -> str:

@@ -6,6 +6,7 @@ members they fill in are typed by the protocols below."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +98,12 @@ class AppContext:
         raise NotFound(f"There is no base model {model_id!r} in the catalog; models: {known}.")
 
 
-def build_context(settings: Settings) -> AppContext:
+def build_context(
+    settings: Settings, on_database: Callable[[Settings, Database], None] | None = None
+) -> AppContext:
+    """Everything the service serves from. `on_database` runs once the database is ready and
+    before the catalog is loaded (a first start builds the development models there): the
+    server writes its admin token and the CLI context then."""
     started = time.monotonic()
     home = settings.home
     home.mkdir(parents=True, exist_ok=True)
@@ -110,6 +116,8 @@ def build_context(settings: Settings) -> AppContext:
     )
     db.migrate()
     clean_crash_leftovers(blobs, db, settings.trainer.storage.cleanup_grace_seconds)
+    if on_database is not None:
+        on_database(settings, db)
     host = detect_devices()
     pools = pools_from_settings(settings, host)
     note = ""

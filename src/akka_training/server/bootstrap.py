@@ -23,9 +23,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from akka_training.client.contexts import Context, load_config
-from akka_training.config.settings import SettingsError
+from akka_training.config.settings import Settings, SettingsError
 from akka_training.deployment.context import AppContext
 from akka_training.server.services.projects import apply_configured_quotas
+from akka_training.storage.db import Database
 from akka_training.storage.ids import hash_secret, new_id
 from akka_training.storage.models import Token
 from akka_training.storage.tokens import create_admin_token
@@ -37,11 +38,19 @@ GIVEN_NAME = "admin (trainer.bootstrap.admin-token)"
 
 
 def bootstrap(ctx: AppContext) -> None:
-    given = given_admin_token(ctx)
-    token_file = ctx.settings.home / "admin-token"
+    bootstrap_home(ctx.settings, ctx.db)
+
+
+def bootstrap_home(settings: Settings, db: Database) -> None:
+    """The admin token and the CLI context, from the settings and the database alone:
+    `akka trainer serve` calls it before it builds the development models, so that a command
+    run meanwhile finds the context (and waits for the trainer, which answers ``starting``).
+    Calling it again changes nothing."""
+    given = given_admin_token(settings)
+    token_file = settings.home / "admin-token"
     created = None
-    with ctx.db.session() as session:
-        apply_configured_quotas(session, ctx.settings.trainer.projects)
+    with db.session() as session:
+        apply_configured_quotas(session, settings.trainer.projects)
         if given is not None:
             _register_given(session, given)
             admin = given
@@ -61,13 +70,13 @@ def bootstrap(ctx: AppContext) -> None:
     if created:
         _write_secret(token_file, created)
         log.info("wrote the admin token to %s", token_file)
-    if ctx.settings.trainer.bootstrap.write_cli_context:
-        _ensure_context(ctx, admin, replaced=created is not None or given is not None)
+    if settings.trainer.bootstrap.write_cli_context:
+        _ensure_context(settings, admin, replaced=created is not None or given is not None)
 
 
-def given_admin_token(ctx: AppContext) -> str | None:
+def given_admin_token(deployment: Settings) -> str | None:
     """The admin token the settings give, read from its file when they name one."""
-    settings = ctx.settings.trainer.bootstrap
+    settings = deployment.trainer.bootstrap
     if settings.admin_token and settings.admin_token_file:
         raise SettingsError(
             "Bad setting: trainer.bootstrap.admin-token and trainer.bootstrap.admin-token-file "
@@ -139,9 +148,9 @@ def _write_secret(path: Path, secret: str) -> None:
     os.replace(tmp, path)
 
 
-def _ensure_context(ctx: AppContext, admin_token: str, replaced: bool) -> None:
+def _ensure_context(settings: Settings, admin_token: str, replaced: bool) -> None:
     config = load_config()
-    url = ctx.settings.trainer_url
+    url = settings.trainer_url
     existing = config.contexts.get(LOCAL_CONTEXT)
     if existing is None:
         config.contexts[LOCAL_CONTEXT] = Context(LOCAL_CONTEXT, api_host=url, login=admin_token)

@@ -142,7 +142,13 @@ def test_a_completed_runs_adapter_leaves_in_the_hugging_face_layout(
     config = json.loads(files["adapter_config.json"])
     assert config == {**CONFIG, "base_model_name_or_path": "tiny-chat", "revision": None}
     record = api.get(f"/v1/runs/{run_id}").json()
-    assert json.loads(files["training_settings.json"]) == record["settings"]
+    # The settings the run trained under, less the base model's path on the trainer's disk.
+    settings = record["settings"]
+    base_path = settings["baseModel"].pop("path")
+    assert json.loads(files["training_settings.json"]) == settings
+    for name, data in files.items():
+        assert base_path.encode() not in data, name
+        assert str(trainer.home).encode() not in data, name
     card = files["README.md"].decode()
     front = yaml.safe_load(card.split("---")[1])
     assert front == {
@@ -150,7 +156,6 @@ def test_a_completed_runs_adapter_leaves_in_the_hugging_face_layout(
         "pipeline_tag": "text-generation",
         "tags": ["akka-training", "sft", "lora"],
     }
-    settings = record["settings"]
     for text in (
         "# maths-sft",
         f"This is a LoRA adapter for `tiny-chat`, trained by akka training (run `{run_id}` of "
@@ -164,11 +169,38 @@ def test_a_completed_runs_adapter_leaves_in_the_hugging_face_layout(
         "| Lineage | a fresh adapter (no source run) |",
         "| LoRA | rank 8, alpha 16, 1 modules (q_proj) |",
         "vllm serve tiny-chat --enable-lora --lora-modules maths-sft=DIR --max-lora-rank 8",
+        # The snippets say what to replace: DIR, and a catalog id no Hub repository answers to.
+        "Replace `DIR` with this directory (where `akka training runs download` put it) or with "
+        "the Hub repository you upload it to. `tiny-chat` is the base model's name in the "
+        "trainer's catalog, not a Hub repository: replace it with the base model's Hub id or a "
+        "directory holding its files.",
         yaml.safe_dump(settings, sort_keys=False, width=100).rstrip(),
     ):
         assert text in card, text
+    assert "Evaluation loss" not in card  # the run had no evaluation set
     # The same card each time: the manifest's checksum holds when the file is fetched again.
     assert files_of(api, f"/v1/runs/{run_id}/adapter")["README.md"] == files["README.md"]
+
+
+def test_the_card_gives_the_evaluation_loss_of_a_run_with_an_evaluation_set(
+    api: httpx.Client, trainer: InProcessTrainer, dataset: Any
+) -> None:
+    held_out = register(api, "maths/held-out", chat_rows(4))
+    plan = sft_plan(config={"evalDataset": "maths/held-out"})
+    run_id: str = api.post("/v1/runs", json=plan).json()["id"]
+    job = Job(trainer, run_id)
+    job.report("training", {"totalSteps": 4})
+    for step in (1, 2, 3, 4):
+        job.step(step, loss=4.0 / step, **({"eval_loss": 3.0 / step} if step % 2 == 0 else {}))
+        if step == 2:
+            job.snapshot(2, WEIGHTS + b"step-2")
+    job.finish(4, 1.0)
+
+    final = files_of(api, f"/v1/runs/{run_id}/adapter")["README.md"].decode()
+    assert "| Evaluation loss | 0.75 on `maths/held-out` version 1 (4 rows) |" in final
+    assert held_out["rows"] == 4
+    snapshot = files_of(api, f"/v1/runs/{run_id}/adapter", snapshot="step-2")["README.md"]
+    assert "| Evaluation loss | 1.5 on `maths/held-out` version 1 (4 rows) |" in snapshot.decode()
 
 
 def test_a_snapshot_leaves_with_its_own_weights_step_and_loss(

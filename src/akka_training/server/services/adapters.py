@@ -34,7 +34,13 @@ from akka_training.core.downloads import download_directory
 from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound
 from akka_training.core.failures import FailureReason, failure_text
 from akka_training.core.figures import Figures
-from akka_training.core.model_cards import CardFacts, lineage_text, model_card, public_names
+from akka_training.core.model_cards import (
+    CardFacts,
+    lineage_text,
+    model_card,
+    public_names,
+    published_settings,
+)
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.resolved import BaseModelPin
 from akka_training.core.states import TaskState
@@ -353,6 +359,7 @@ def _facts(
     public, revision = public_names(model, run.base_model)
     settings = run.settings or {}
     loss, reward = _figures(session, run, snapshot, step)
+    eval_loss = _eval_loss(session, run, snapshot, step)
     name = download_directory(run.model_name or run.id, snapshot, kind == "merged")
     modality = (settings.get("baseModel") or {}).get("modality", "text")
     return CardFacts(
@@ -377,12 +384,13 @@ def _facts(
         modules=list(run.adapter_modules or []),
         settings=settings,
         description=run.description,
+        eval_loss=eval_loss,
     )
 
 
 def _written(facts: CardFacts, run: Run) -> list[Part]:
     card = model_card(facts).encode()
-    settings = (json.dumps(run.settings, indent=2) + "\n").encode()
+    settings = (json.dumps(published_settings(run.settings or {}), indent=2) + "\n").encode()
     return [Part(CARD, len(card), content=card), Part(SETTINGS, len(settings), content=settings)]
 
 
@@ -395,6 +403,23 @@ def _figures(
     row = session.get(Step, (run.id, step))
     figures = Figures.of(row.metrics if row is not None else {})
     return figures.loss, figures.reward_mean
+
+
+def _eval_loss(session: Session, run: Run, snapshot: str | None, step: int) -> float | None:
+    """The evaluation loss the weights were saved with: the run's last (final weights), or the
+    last one reported at or before the snapshot's step."""
+    if not (run.settings or {}).get("evalDataset"):
+        return None
+    if snapshot is None and run.summary.eval_loss is not None:
+        return run.summary.eval_loss
+    rows = session.scalars(
+        select(Step).where(Step.run_id == run.id, Step.step <= step).order_by(Step.step.desc())
+    )
+    for row in rows:
+        value = Figures.of(row.metrics or {}).eval_loss
+        if value is not None:
+            return value
+    return None
 
 
 def _lineage(run: Run) -> str:
