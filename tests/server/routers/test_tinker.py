@@ -133,8 +133,33 @@ def test_a_training_client_is_a_queued_run_of_the_project(
     assert early.status_code == 409
     assert "its model is not loaded yet" in early.json()["error"]["message"]
     sampler = call(api, key, "/save_weights_for_sampler", {"model_id": run_id, "seq_id": 1})
-    assert sampler.status_code == 400
-    assert "Sampling is not supported by this trainer yet" in sampler.json()["error"]["message"]
+    assert sampler.status_code == 409
+    assert "its model is not loaded yet" in sampler.json()["error"]["message"]
+
+    # Sampling clients: of sampler paths only, of a base model with a training client loaded.
+    snapshot = call(
+        api,
+        key,
+        "/create_sampling_session",
+        {
+            "session_id": session_id,
+            "sampling_session_seq_id": 0,
+            "model_path": f"tinker://{run_id}/weights/one",
+        },
+    )
+    assert snapshot.status_code == 400
+    assert "is a training snapshot (save_state)" in snapshot.json()["error"]["message"]
+    base = call(
+        api,
+        key,
+        "/create_sampling_session",
+        {"session_id": session_id, "sampling_session_seq_id": 1, "base_model": "tiny-chat"},
+    )
+    assert base.status_code == 409
+    assert "needs a training client of it in this session" in base.json()["error"]["message"]
+    lost = call(api, key, "/asample", {"num_samples": 1, "prompt": {"chunks": []}})
+    assert lost.status_code == 400
+    assert "A sample names its sampling session" in lost.json()["error"]["message"]
 
     # Another project's key touches neither the run nor the session.
     other = call(api, keys["other"], "/get_info", {"model_id": run_id})

@@ -42,11 +42,19 @@ class GenerationEngine:
     """A base model and the adapters held on it. `generate` is safe to call from several
     threads (one batch runs at a time); adding or removing an adapter waits for the batch."""
 
-    def __init__(self, base: Path, device: str = "cpu", dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        base: Path,
+        device: str = "cpu",
+        dtype: torch.dtype | None = None,
+        model: torch.nn.Module | None = None,
+    ) -> None:
+        """`model`: the base model, already loaded on `device` (a job that holds it shares its
+        weights rather than loading them twice); without it, the model is loaded from `base`."""
         self.base_path = base
         self.device = torch.device(device)
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(base))
-        self._base: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
+        self._base: torch.nn.Module = model or AutoModelForCausalLM.from_pretrained(
             str(base), dtype=dtype or torch.float32, device_map=str(self.device)
         )
         self._base.eval()
@@ -138,6 +146,24 @@ class GenerationEngine:
             )
             for r, request in enumerate(requests)
         ]
+
+    def prompt_logprobs(self, prompt_ids: Sequence[int], adapter: str = BASE) -> list[float]:
+        """The log probability of each prompt token after the ones before it, under `adapter`
+        (`BASE`: the base model): one value a token from the second on."""
+        with self._lock:
+            if adapter != BASE and adapter not in self._adapters:
+                raise AdapterNotLoaded(adapter)
+            if len(prompt_ids) < 2:
+                return []
+            ids = torch.tensor([list(prompt_ids)], device=self.device)
+            extra: dict[str, Any] = {}
+            if isinstance(self._model, PeftModel):
+                extra["adapter_names"] = [adapter]
+            with torch.inference_mode():
+                logits = self._model(input_ids=ids, **extra).logits[0, :-1].float()
+                logprobs = torch.log_softmax(logits, dim=-1)
+                picked = logprobs.gather(-1, ids[0, 1:, None])[:, 0]
+            return [float(v) for v in picked.tolist()]
 
     def _decode(self, rows: list[_Row], on_delta: OnDelta | None) -> None:
         longest = max(len(row.request.prompt_ids) for row in rows)

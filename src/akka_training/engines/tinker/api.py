@@ -2,10 +2,11 @@
 (`akka_training.server.job_routing`), with the key the job reported in its placement.
 
 A request that does work (``forward_backward``, ``optim_step``, ``save_weights``,
-``load_weights``) is queued under its ``seq_id`` and answered at once with its request id
+``load_weights``, ``save_weights_for_sampler``) is queued under its ``seq_id`` and answered at once with its request id
 (``RUN:SEQ``); the job runs the queue in ``seq_id`` order, whatever order the requests arrived
 in, one at a time, on the thread that calls `RequestQueue.serve`. ``retrieve_future`` answers the
-result, or ``try_again`` while the request waits or runs. The server itself is small on purpose:
+result, or ``try_again`` while the request waits or runs. A ``sample`` is not queued: it runs on
+the sampler beside the queue (`sampler.Sampler`), under a request id of its own. The server itself is small on purpose:
 its requests are routed and authenticated by the service, so it binds the loopback address of
 the node and checks one key (``X-Job-Key``)."""
 
@@ -18,14 +19,20 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger("akka_training.tinker")
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 KEY_HEADER = "X-Job-Key"
-WORK = ("forward_backward", "optim_step", "save_weights", "load_weights")
+WORK = (
+    "forward_backward",
+    "optim_step",
+    "save_weights",
+    "load_weights",
+    "save_weights_for_sampler",
+)
 
 
 @dataclass
@@ -43,6 +50,16 @@ class Work:
 
 # What runs one request: its kind and body in, its result out (an exception is its failure).
 Runner = Callable[[Work], Result]
+
+
+class Samples(Protocol):
+    """What answers samples beside the queue (`sampler.Sampler`)."""
+
+    def submit(self, body: dict[str, Any]) -> tuple[str, list[str]]: ...
+
+    def known(self, request_id: str) -> bool: ...
+
+    def result(self, request_id: str) -> Result | None: ...
 
 
 def failed(message: str, category: str = "user") -> Result:
@@ -125,8 +142,15 @@ def try_again(request_id: str) -> Result:
 class JobApi:
     """The HTTP server over a `RequestQueue`, on ``127.0.0.1`` and a free port."""
 
-    def __init__(self, queue: RequestQueue, key: str, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        queue: RequestQueue,
+        key: str,
+        host: str = "127.0.0.1",
+        samples: Samples | None = None,
+    ) -> None:
         self.queue = queue
+        self.samples = samples
         self.key = key
         api = self
 
@@ -177,8 +201,14 @@ class JobApi:
                     seq_id = int(json.loads(body).get("seq_id") or 0)
                 request_id = self.queue.submit(Work(kind, seq_id, body))
                 return 200, Result(JSON, json.dumps({"request_id": request_id}).encode())
+            if kind == "sample" and self.samples is not None:
+                request_id, sequences = self.samples.submit(json.loads(body))
+                answer = {"request_id": request_id, "sample_sequence_ids": sequences}
+                return 200, Result(JSON, json.dumps(answer).encode())
             if kind == "retrieve_future":
                 request_id = str(json.loads(body).get("request_id", ""))
+                if self.samples is not None and self.samples.known(request_id):
+                    return 200, self.samples.result(request_id) or try_again(request_id)
                 if not self.queue.known(request_id):
                     return 404, failed(f"there is no request {request_id!r}")
                 return 200, self.queue.result(request_id) or try_again(request_id)

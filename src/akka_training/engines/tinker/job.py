@@ -9,7 +9,9 @@ bootstrap credential exchanged for the attempt's token), then:
    it from then on;
 3. runs the requests in order until the session ends (``/shutdown``) or the service says stop;
    every ``optim_step`` is a step of the run (its figures in a ``steps`` report), every
-   ``save_weights`` a snapshot (``tinker://RUN/weights/NAME`` is the snapshot NAME of RUN);
+   ``save_weights`` a snapshot (``tinker://RUN/weights/NAME`` is the snapshot NAME of RUN), every
+   ``save_weights_for_sampler`` an adapter added to the sampler's engine (`sampler.Sampler`),
+   and samples run on that engine beside the queue;
 4. ends: ``finished`` with the adapter as it stands when the session ended, ``stopped`` when the
    run was cancelled, ``failed`` with the reason when anything else broke.
 """
@@ -22,6 +24,7 @@ import re
 import secrets
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from akka_training.blobstore import open_blob_store
@@ -44,6 +47,7 @@ from akka_training.engines.reporter import HttpReporter, StaleAttempt
 from akka_training.engines.snapshots import upload_adapter
 from akka_training.engines.tinker.api import JSON, PROTOBUF, JobApi, RequestQueue, Result, Work
 from akka_training.engines.tinker.model import AdamParams, LoraModel, discard, scratch
+from akka_training.engines.tinker.sampler import Sampler, sampling_session_id
 from akka_training.engines.tinker.wire import read_forward_backward, write_output
 from akka_training.engines.tokenizer_files import store_tokenizer
 from akka_training.telemetry.placement import detect_placement
@@ -89,10 +93,13 @@ def serve(spec: InteractiveJobSpec, reporter: HttpReporter) -> int:
         store_tokenizer(store, spec.run_id, base)
         path = base.path
         session.model = LoraModel(path, spec.settings.lora)
+        model = session.model
+        session.sampler = Sampler(spec.run_id, Path(path), str(model.device), model.shared_base)
         source = spec.settings.source
         if source is not None:
             session.load(source.path, source.optimizer)
-        api = JobApi(session.queue, secrets.token_urlsafe(24)).start()
+        key = secrets.token_urlsafe(24)
+        api = JobApi(session.queue, key, samples=session.sampler).start()
         try:
             placement = detect_placement()
             placement.api_url, placement.api_key = api.url, api.key
@@ -101,6 +108,7 @@ def serve(spec: InteractiveJobSpec, reporter: HttpReporter) -> int:
             session.queue.serve(check=lambda: reporter.action != "continue")
         finally:
             api.close()
+            session.sampler.close()
         reporter.check()
         if reporter.action != "continue":
             reporter.stopped(StoppedReport(step=session.model.step))
@@ -124,6 +132,7 @@ class Session:
         self.reporter = reporter
         self.store = store
         self.model: LoraModel | None = None
+        self.sampler: Sampler | None = None
         self.queue = RequestQueue(spec.run_id, self.run)
 
     def run(self, work: Work) -> Result:
@@ -149,11 +158,36 @@ class Session:
             return _json(
                 {"path": f"tinker://{self.spec.run_id}/weights/{name}", "type": "save_weights"}
             )
+        if work.kind == "save_weights_for_sampler":
+            return _json(self.save_for_sampler(body.get("path"), work.seq_id))
         if work.kind == "load_weights":
             path = str(body.get("path", ""))
             self.load(path, bool(body.get("optimizer")))
             return _json({"path": path, "model_id": self.spec.run_id, "type": "load_weights"})
         raise ValueError(f"no request {work.kind!r}")
+
+    def save_for_sampler(self, path: Any, seq_id: int) -> dict[str, Any]:
+        """The adapter as it stands, added to the sampler's engine: under `path` when the client
+        named it (its path is ``tinker://RUN/sampler_weights/NAME``), else as ``sampler-SEQ``
+        (the answer is then the id of its sampling session)."""
+        assert self.model is not None and self.sampler is not None
+        name = str(path) if path else f"sampler-{seq_id}"
+        if not NAME.match(name):
+            raise ValueError(
+                f"{name!r} is not a name of sampler weights: use letters, digits, '.', '_' and '-'"
+            )
+        directory = self.sampler.adapter_dir()
+        self.model.model.save_pretrained(str(directory))
+        self.sampler.add(name, directory)
+        if path:
+            return {
+                "path": f"tinker://{self.spec.run_id}/sampler_weights/{name}",
+                "type": "save_weights_for_sampler",
+            }
+        return {
+            "sampling_session_id": sampling_session_id(self.spec.run_id, name),
+            "type": "save_weights_for_sampler",
+        }
 
     def save(self, name: str) -> None:
         assert self.model is not None

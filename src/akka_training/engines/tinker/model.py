@@ -76,6 +76,31 @@ class LoraModel:
         self.pending_tokens = 0
         self.step_started: float | None = None
 
+    def shared_base(self) -> torch.nn.Module:
+        """A second model of the base that shares this model's frozen base weights (no copy,
+        no load): the generation engine adds its own adapters to it. Training leaves those
+        weights as they are (only the LoRA weights learn)."""
+        inner = self.model.get_base_model()
+        with torch.device("meta"):
+            twin: Any = AutoModelForCausalLM.from_config(inner.config)
+        for name, tensor in [*inner.named_parameters(), *inner.named_buffers()]:
+            if "lora_" in name:
+                continue
+            owner, _, leaf = name.replace(".base_layer.", ".").rpartition(".")
+            module = twin.get_submodule(owner)
+            if isinstance(tensor, torch.nn.Parameter):
+                module._parameters[leaf] = tensor
+            else:
+                module._buffers[leaf] = tensor
+        if getattr(inner.config, "tie_word_embeddings", False):
+            twin.tie_weights()
+        left = [n for n, t in [*twin.named_parameters(), *twin.named_buffers()] if t.is_meta]
+        if left:
+            raise RuntimeError(f"the base model's weights {left[:3]} could not be shared")
+        twin.generation_config = inner.generation_config
+        made: torch.nn.Module = twin.eval()
+        return made
+
     # --- forward and forward_backward ----------------------------------------------------------
 
     def forward_backward(

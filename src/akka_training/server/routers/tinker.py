@@ -144,6 +144,25 @@ async def save_weights_for_sampler(request: Request, ctx: Ctx, key: Key) -> Resp
     return await _submit("save_weights_for_sampler", request, ctx, key)
 
 
+@router.post("/create_sampling_session")
+async def create_sampling_session(
+    request: Request, db: Db, ctx: Ctx, held: HeldSessions, key: Key
+) -> dict[str, Any]:
+    body = await request.json()
+    return await run_in_threadpool(service.create_sampling_session, db, ctx, held, key, body)
+
+
+@router.get("/samplers/{sampler_id}")
+def get_sampler(sampler_id: str, db: Db, key: Key) -> dict[str, Any]:
+    return service.get_sampler(db, key, sampler_id)
+
+
+@router.post("/asample")
+async def asample(request: Request, ctx: Ctx, key: Key) -> Response:
+    body = await request.body()
+    return _answer(await run_in_threadpool(service.sample, ctx, key, body))
+
+
 @router.post("/retrieve_future")
 async def retrieve_future(request: Request, ctx: Ctx, key: Key) -> Response:
     body = await request.json()

@@ -60,6 +60,11 @@ KEY_PREFIX = "tml-"
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 WEIGHTS_PATH = re.compile(r"^tinker://([^/]+)/weights/([^/]+)$")
+SAMPLER_PATH = re.compile(r"^tinker://([^/]+)/sampler_weights/([^/]+)$")
+# A sampling session is ``RUN:sampler:ADAPTER``, answered by RUN's job; ADAPTER `BASE` is the
+# base model alone (`engines.tinker.sampler`, `engines.generation.schema.BASE`).
+SAMPLER_MARK = ":sampler:"
+BASE = "__base__"
 
 
 @dataclass
@@ -114,7 +119,7 @@ def capabilities(ctx: AppContext) -> dict[str, Any]:
                 "model_name": m.id,
                 "max_context_length": m.context_length,
                 "trainable": True,
-                "sampleable": False,
+                "sampleable": True,
             }
             for m in ctx.catalog
             if m.status == "available"
@@ -482,8 +487,6 @@ def submit(
         if kind == "load_weights" and not model_id:
             with ctx.db.session() as db:
                 return Answer.of(create_from_state(db, ctx, sessions, principal, fields))
-        if kind == "save_weights_for_sampler":
-            raise InvalidRequest("Sampling is not supported by this trainer yet.")
     with ctx.db.session() as db:
         run = _run(db, principal, sessions.run_of(model_id))
         if kind == "load_weights":
@@ -510,8 +513,9 @@ def _check_readable(db: Session, principal: Principal, path: str) -> Run:
 
 def retrieve(ctx: AppContext, principal: Principal, body: dict[str, Any]) -> Answer:
     request_id = str(body.get("request_id", ""))
-    run_id, _, seq = request_id.rpartition(":")
-    if not run_id or not seq.isdigit():
+    # ``RUN:SEQ`` for the run's queued work, ``RUN:sample:N`` for its samples.
+    run_id, _, seq = request_id.partition(":")
+    if not run_id or not (seq.isdigit() or seq.removeprefix("sample:").isdigit()):
         raise NotFound(f"There is no request {request_id!r}.")
     with ctx.db.session() as db:
         run = _run(db, principal, run_id)
@@ -553,3 +557,86 @@ def _creation(db: Session, run: Run, request_id: str) -> Answer:
         return Answer.of({"type": "create_model", "model_id": run.id})
     state = "paused_capacity" if phase == Phase.QUEUED else "active"
     return Answer.of({"type": "try_again", "request_id": request_id, "queue_state": state})
+
+
+# --- sampling -------------------------------------------------------------------------------------
+
+
+def create_sampling_session(
+    db: Session, ctx: AppContext, sessions: Sessions, principal: Principal, body: dict[str, Any]
+) -> dict[str, Any]:
+    """A sampling client: of sampler weights a run's job holds (``tinker://RUN/sampler_weights/
+    NAME``), or of a base model, answered by a training client of that model in the session."""
+    found = sessions.get(principal, str(body.get("session_id", "")))
+    if found.finished:
+        raise Conflict(f"Session {found.id} has finished; create a new ServiceClient.")
+    path = body.get("model_path")
+    if path:
+        saved = SAMPLER_PATH.match(str(path))
+        if saved is None:
+            if WEIGHTS_PATH.match(str(path)):
+                raise InvalidRequest(
+                    f"{path!r} is a training snapshot (save_state); sample from the path "
+                    "save_weights_for_sampler returns (tinker://RUN/sampler_weights/NAME)."
+                )
+            raise InvalidRequest(
+                f"{path!r} is not a path of sampler weights (tinker://RUN/sampler_weights/NAME)."
+            )
+        run = _run(db, principal, saved.group(1))
+        live_address(db, run)
+        return {
+            "type": "create_sampling_session",
+            "sampling_session_id": _sampler_id(run.id, saved.group(2)),
+        }
+    name = str(body.get("base_model") or "")
+    model = _catalog_model(ctx, name)
+    for run_id in found.runs:
+        held = db.get(Run, run_id)
+        if (
+            held is not None
+            and held.base_model == model.id
+            and held.phase == Phase.TRAINING.value
+            and job_address(db, held) is not None
+        ):
+            return {
+                "type": "create_sampling_session",
+                "sampling_session_id": _sampler_id(held.id, BASE),
+            }
+    raise Conflict(
+        f"Sampling the base model {name!r} needs a training client of it in this session, "
+        "whose job holds the model: create one with create_lora_training_client first."
+    )
+
+
+def _sampler_id(run_id: str, adapter: str) -> str:
+    return f"{run_id}{SAMPLER_MARK}{adapter}"
+
+
+def _sampler_run(db: Session, principal: Principal, sampler_id: str) -> tuple[Run, str]:
+    run_id, mark, adapter = sampler_id.partition(SAMPLER_MARK)
+    if not mark or not adapter:
+        raise NotFound(f"There is no sampling session {sampler_id!r}.")
+    return _run(db, principal, run_id), adapter
+
+
+def get_sampler(db: Session, principal: Principal, sampler_id: str) -> dict[str, Any]:
+    run, adapter = _sampler_run(db, principal, sampler_id)
+    settings = InteractiveSettings.model_validate(run.settings)
+    path = None if adapter == BASE else f"tinker://{run.id}/sampler_weights/{adapter}"
+    return {"sampler_id": sampler_id, "base_model": settings.base_model.id, "model_path": path}
+
+
+def sample(ctx: AppContext, principal: Principal, body: bytes) -> Answer:
+    """Start a sample on the job of the sampling session's run; the answer is its future."""
+    fields = json.loads(body or b"{}")
+    sampler_id = str(fields.get("sampling_session_id") or "")
+    if not sampler_id:
+        raise InvalidRequest(
+            "A sample names its sampling session: create a sampling client with "
+            "create_sampling_client or save_weights_and_get_sampling_client."
+        )
+    with ctx.db.session() as db:
+        run, _ = _sampler_run(db, principal, sampler_id)
+        address = live_address(db, run)
+    answered = route(address, "sample", body, JSON)
+    return Answer(answered.status_code, JSON, answered.content)
