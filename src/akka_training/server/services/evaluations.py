@@ -19,7 +19,6 @@ from akka_training.api.evaluations import (
     MetricValue,
 )
 from akka_training.api.evaluations import EvaluationSource as SourceRecord
-from akka_training.api.tasks import TaskProgress
 from akka_training.core import blobkeys
 from akka_training.core.errors import AkkaError, NotFound, PlanRefused, Problem
 from akka_training.core.evaluations import (
@@ -286,7 +285,7 @@ def evaluation_record(task: Task) -> EvaluationRecord:
         gpus=params.gpus,
         claim=claim.state if claim is not None else None,
         queue=None,
-        progress=TaskProgress.model_validate(task.progress) if task.progress else None,
+        progress=tasks.progress_view(task.progress),
         failure=task.failure,
         failure_detail=task.last_error if task.state == TaskState.FAILED else None,
         created_at=task.created_at,

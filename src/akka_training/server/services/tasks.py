@@ -169,7 +169,7 @@ def task_record(task: Task) -> TaskRecord:
         state=task.state,
         requested=task.requested,
         pool=task.pool,
-        progress=_progress(task.progress),
+        progress=progress_view(task.progress),
         result=task.result,
         failure=task.failure,
         failure_detail=task.last_error if task.state == TaskState.FAILED else None,
@@ -179,7 +179,7 @@ def task_record(task: Task) -> TaskRecord:
     )
 
 
-def _progress(progress: dict[str, Any] | None) -> TaskProgress | None:
+def progress_view(progress: dict[str, Any] | None) -> TaskProgress | None:
     """The progress a user reads (an endpoint's address is the front door's, not theirs)."""
     if not progress:
         return None
