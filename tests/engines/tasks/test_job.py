@@ -63,6 +63,8 @@ def test_every_task_kind_names_a_function() -> None:
         "regrade": "akka_training.engines.tasks.regrade:regrade",
         "preview": "akka_training.engines.tasks.preview:preview",
         "evaluate": "akka_training.engines.tasks.evaluate:evaluate",
+        "verify": "akka_training.engines.tasks.verify:verify",
+        "serve": "akka_training.engines.tasks.serve:serve",
     }
     for path in TASKS.values():
         module, name = path.split(":")
