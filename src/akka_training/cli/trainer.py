@@ -65,6 +65,9 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # The service's modules load after logging is set up (the port is opened first), and
+    # alembic announces each of its plugins as it loads them: not news to a user.
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     settings = load_settings(config)
     if host:
         settings.trainer.listen.host = host
