@@ -20,11 +20,9 @@ prompt + answer at ``maxSeqLength``. `datafit.pair_fit` counts each from TRL's o
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 from datasets import Dataset
-from transformers import TrainerState
 from trl.trainer.dpo_config import DPOConfig
 from trl.trainer.dpo_trainer import DPOTrainer
 
@@ -52,8 +50,8 @@ from akka_training.engines.trl.common import (
     training_device,
     warmup_steps,
 )
-from akka_training.engines.trl.sft import TrainingCollatorOnly
-from akka_training.engines.trl.steps import StepOutput, StepReporting
+from akka_training.engines.trl.sft import SftFigures, TrainingCollatorOnly
+from akka_training.engines.trl.steps import StepReporting
 
 # The preference figures of TRL's step logs, reported as they are: the implicit rewards
 # (beta times the policy's log-probability ratio over the reference's) of the chosen and the
@@ -68,28 +66,6 @@ PREFERENCE_FIGURES = (
     "logps/rejected",
 )
 LOGGED = ("loss", "grad_norm", "learning_rate", *PREFERENCE_FIGURES)
-
-
-class DpoFigures:
-    """DPO's own figures of a step: the Trainer's loss, gradient norm and learning rate, the
-    preference figures, and the tokens and padding share of the batches the step consumed."""
-
-    def __init__(self, padding: PaddingMeter, batches_in_step: Callable[[], int]) -> None:
-        self.padding = padding
-        self.batches_in_step = batches_in_step
-
-    def step_figures(
-        self, step: int, logs: dict[str, float], state: TrainerState
-    ) -> dict[str, float]:
-        out = {key: float(logs[key]) for key in LOGGED if logs.get(key) is not None}
-        tokens, share = self.padding.take(self.batches_in_step())
-        out["tokens"] = float(tokens)
-        if share is not None:
-            out["padding_share"] = share
-        return out
-
-    def step_output(self, step: int, ended: float) -> StepOutput:
-        return StepOutput()  # no phases, no rollouts
 
 
 class DpoEngine:
@@ -168,7 +144,7 @@ def run(job: JobContext) -> Outcome:
     assert trained is not None  # the trainer holds the model it was given
     reporting = StepReporting(
         job,
-        DpoFigures(padding, lambda: trainer.current_gradient_accumulation_steps),
+        SftFigures(padding, lambda: trainer.current_gradient_accumulation_steps, LOGGED),
         StepMemory(device),
         StepPipeline.for_job(job, "sft", total_steps),
         flop_parameters=flop_parameters(trained),

@@ -59,17 +59,24 @@ LOGGED = ("loss", "grad_norm", "learning_rate")
 
 
 class SftFigures:
-    """SFT's own figures of a step: the Trainer's loss, gradient norm and learning rate, and the
-    tokens and padding share of the batches the step consumed."""
+    """SFT's own figures of a step: the Trainer's loss, gradient norm and learning rate (or
+    the `logged` figures a method names, dpo's preference figures too), and the tokens and
+    padding share of the batches the step consumed."""
 
-    def __init__(self, padding: PaddingMeter, batches_in_step: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        padding: PaddingMeter,
+        batches_in_step: Callable[[], int],
+        logged: tuple[str, ...] = LOGGED,
+    ) -> None:
         self.padding = padding
         self.batches_in_step = batches_in_step
+        self.logged = logged
 
     def step_figures(
         self, step: int, logs: dict[str, float], state: TrainerState
     ) -> dict[str, float]:
-        out = {key: float(logs[key]) for key in LOGGED if logs.get(key) is not None}
+        out = {key: float(logs[key]) for key in self.logged if logs.get(key) is not None}
         tokens, share = self.padding.take(self.batches_in_step())
         out["tokens"] = float(tokens)
         if share is not None:
