@@ -22,7 +22,9 @@ class TaskProgress(ResponseBody):
 
 class TaskRecord(ResponseBody):
     id: str
-    kind: str = Field(description="merge, regrade, preview, evaluate or verify")
+    kind: str = Field(
+        description="merge, regrade, preview, evaluate, verify or serve (an endpoint)"
+    )
     project: str
     run: str | None = Field(description="The run the task concerns.")
     state: str = Field(description="PENDING, RUNNING, SUCCEEDED, FAILED or CANCELLED.")
