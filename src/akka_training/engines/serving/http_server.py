@@ -13,12 +13,13 @@ import json
 import logging
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from akka_training.engines.generation.batcher import Batcher
 from akka_training.engines.generation.engine import AdapterNotLoaded, GenerationEngine
 from akka_training.engines.generation.schema import BASE, Delta
+from akka_training.engines.reachable import http_server, http_url
 from akka_training.engines.serving import ADAPTER_HEADER
 from akka_training.engines.serving.openai_api import (
     ApiRefusal,
@@ -40,16 +41,13 @@ class EndpointServer:
         self.engine = engine
         self.batcher = Batcher(engine)
         self.activity = Activity()
-        self._server = ThreadingHTTPServer(
-            (host, port), _handler(engine, self.batcher, self.activity)
-        )
-        self._server.daemon_threads = True
+        self._server = http_server(host, port, _handler(engine, self.batcher, self.activity))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def address(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return http_url(str(host), int(port))
 
     def start(self) -> EndpointServer:
         self._thread.start()

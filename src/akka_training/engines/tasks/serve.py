@@ -6,13 +6,11 @@ back to the pool. Each answer
 carries the endpoint's parameters as they are now: an adapter added to the endpoint is loaded,
 one removed is dropped, while the server runs.
 
-The server listens on the address ``AKKA_ENDPOINT_HOST`` names (default 127.0.0.1: the local
-backend's trainer is on this host; on a cluster the node's address)."""
+The server listens on this node's address towards the trainer (`engines.reachable`)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 from pathlib import Path
@@ -25,12 +23,11 @@ from akka_training.core.tasks import base_model_unavailable
 from akka_training.engines.failures import SourceUnavailable
 from akka_training.engines.generation.engine import GenerationEngine
 from akka_training.engines.model_cache import local_model
+from akka_training.engines.reachable import listen_host
 from akka_training.engines.serving.http_server import EndpointServer
 from akka_training.engines.snapshots import download_adapter
 from akka_training.engines.tasks.context import TaskContext, TaskError
 from akka_training.engines.tasks.reporter import TaskCancelled
-
-HOST_ENV = "AKKA_ENDPOINT_HOST"
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +46,7 @@ def serve(task: TaskContext, stop: threading.Event | None = None) -> dict[str, A
     for adapter in params.adapters:
         task.progress(f"loading the adapter {adapter.name}")
         engine.add_adapter(adapter.name, _fetch(task, adapter))
-    server = EndpointServer(engine, os.environ.get(HOST_ENV, "127.0.0.1")).start()
+    server = EndpointServer(engine, listen_host(task.spec.trainer_url)).start()
     stop = stop or threading.Event()
     idle_after = params.idle_minutes * 60
     went_idle = False

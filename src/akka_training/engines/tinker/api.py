@@ -18,8 +18,10 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
+
+from akka_training.engines.reachable import http_server, http_url
 
 log = logging.getLogger("akka_training.tinker")
 
@@ -140,7 +142,8 @@ def try_again(request_id: str) -> Result:
 
 
 class JobApi:
-    """The HTTP server over a `RequestQueue`, on ``127.0.0.1`` and a free port."""
+    """The HTTP server over a `RequestQueue`, on `host` (`reachable.listen_host`) and a free
+    port, answering only requests that carry its key."""
 
     def __init__(
         self,
@@ -174,14 +177,13 @@ class JobApi:
                 self.end_headers()
                 self.wfile.write(result.body)
 
-        self._server = ThreadingHTTPServer((host, 0), Handler)
-        self._server.daemon_threads = True
+        self._server = http_server(host, 0, Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return http_url(str(host), int(port))
 
     def start(self) -> JobApi:
         self._thread.start()

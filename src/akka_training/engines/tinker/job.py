@@ -4,9 +4,9 @@ JOB_JSON holds the attempt's `InteractiveJobSpec`; it starts like every job (`en
 bootstrap credential exchanged for the attempt's token), then:
 
 1. loads the base model with the LoRA adapter the client asked for (`model.LoraModel`);
-2. opens its API on the loopback address (`api.JobApi`) and reports ``started`` with the API's
-   address and key in its placement, then ``training``: the service routes the run's requests to
-   it from then on;
+2. opens its API on this node's address towards the trainer (`engines.reachable`) and reports
+   ``started`` with the API's address and key in its placement, then ``training``: the service
+   routes the run's requests to it from then on;
 3. runs the requests in order until the session ends (``/shutdown``) or the service says stop;
    every ``optim_step`` is a step of the run (its figures in a ``steps`` report), every
    ``save_weights`` a snapshot (``tinker://RUN/weights/NAME`` is the snapshot NAME of RUN), every
@@ -43,6 +43,7 @@ from akka_training.core.resolved import BOOTSTRAP_ENV
 from akka_training.engines.entry import USAGE, exchange, read_entry
 from akka_training.engines.model_cache import local_model
 from akka_training.engines.offline import stay_offline
+from akka_training.engines.reachable import listen_host
 from akka_training.engines.reporter import HttpReporter, StaleAttempt
 from akka_training.engines.snapshots import upload_adapter
 from akka_training.engines.tinker.api import JSON, PROTOBUF, JobApi, RequestQueue, Result, Work
@@ -99,7 +100,8 @@ def serve(spec: InteractiveJobSpec, reporter: HttpReporter) -> int:
         if source is not None:
             session.load(source.path, source.optimizer)
         key = secrets.token_urlsafe(24)
-        api = JobApi(session.queue, key, samples=session.sampler).start()
+        host = listen_host(spec.trainer_url)
+        api = JobApi(session.queue, key, host, samples=session.sampler).start()
         try:
             placement = detect_placement()
             placement.api_url, placement.api_key = api.url, api.key
