@@ -26,6 +26,8 @@ SERVE = "serve"
 # The header in which the front door names the adapter (or the base model) a request's `model`
 # resolved to, when it forwards the request to the endpoint's job.
 ADAPTER_HEADER = "X-Akka-Adapter"
+# The key an endpoint's job reports with its address: it answers only requests carrying it.
+KEY_HEADER = "X-Endpoint-Key"
 
 
 class EndpointPhase(StrEnum):

@@ -71,6 +71,8 @@ class TaskProgressReport(PlanModel):
     total: float | None = None
     # Where a long-lived task answers requests (an endpoint's job: ``http://HOST:PORT``).
     address: str | None = None
+    # The key the trainer sends with each request there (`core.serving.KEY_HEADER`).
+    key: str | None = None
 
 
 class TaskFinishedReport(PlanModel):

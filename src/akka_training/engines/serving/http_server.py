@@ -9,6 +9,7 @@ server-sent events, one chunk per piece of text, the usage in the last chunk, th
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
@@ -20,7 +21,7 @@ from akka_training.engines.generation.batcher import Batcher
 from akka_training.engines.generation.engine import AdapterNotLoaded, GenerationEngine
 from akka_training.engines.generation.schema import BASE, Delta
 from akka_training.engines.reachable import http_server, http_url
-from akka_training.engines.serving import ADAPTER_HEADER
+from akka_training.engines.serving import ADAPTER_HEADER, KEY_HEADER
 from akka_training.engines.serving.openai_api import (
     ApiRefusal,
     Call,
@@ -37,11 +38,14 @@ log = logging.getLogger(__name__)
 class EndpointServer:
     """Serves `engine` on `host`:`port` (0: any free port) in a thread of its own."""
 
-    def __init__(self, engine: GenerationEngine, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, engine: GenerationEngine, key: str, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self.engine = engine
         self.batcher = Batcher(engine)
         self.activity = Activity()
-        self._server = http_server(host, port, _handler(engine, self.batcher, self.activity))
+        self.key = key
+        self._server = http_server(host, port, _handler(engine, self.batcher, self.activity, key))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -84,7 +88,7 @@ class Activity:
 
 
 def _handler(
-    engine: GenerationEngine, batcher: Batcher, activity: Activity
+    engine: GenerationEngine, batcher: Batcher, activity: Activity, key: str
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -92,13 +96,25 @@ def _handler(
         def log_message(self, format: str, *args: Any) -> None:
             log.debug(format, *args)
 
+        def _trusted(self) -> bool:
+            """Only the trainer, which has the key, may call: refuse anyone else."""
+            if hmac.compare_digest(self.headers.get(KEY_HEADER, ""), key):
+                return True
+            self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+            self._refuse(ApiRefusal(403, "This endpoint answers its trainer only."))
+            return False
+
         def do_GET(self) -> None:
+            if not self._trusted():
+                return
             if self.path.rstrip("/") == "/health":
                 self._json(200, {"status": "ok", "adapters": sorted(engine.adapters)})
                 return
             self._refuse(ApiRefusal(404, f"There is no route {self.path}."))
 
         def do_POST(self) -> None:
+            if not self._trusted():
+                return
             with activity:
                 self._answer()
 

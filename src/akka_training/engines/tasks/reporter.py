@@ -45,9 +45,12 @@ class TaskReporter:
         done: float | None = None,
         total: float | None = None,
         address: str | None = None,
+        key: str | None = None,
     ) -> dict[str, Any]:
         """Report progress; the service's answer (a long-lived task's current `params`)."""
-        report = TaskProgressReport(message=message, done=done, total=total, address=address)
+        report = TaskProgressReport(
+            message=message, done=done, total=total, address=address, key=key
+        )
         return self._post("progress", report.to_json())
 
     def finished(self, result: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ The server listens on this node's address towards the trainer (`engines.reachabl
 from __future__ import annotations
 
 import logging
+import secrets
 import socket
 import threading
 from pathlib import Path
@@ -46,13 +47,15 @@ def serve(task: TaskContext, stop: threading.Event | None = None) -> dict[str, A
     for adapter in params.adapters:
         task.progress(f"loading the adapter {adapter.name}")
         engine.add_adapter(adapter.name, _fetch(task, adapter))
-    server = EndpointServer(engine, listen_host(task.spec.trainer_url)).start()
+    server = EndpointServer(
+        engine, secrets.token_urlsafe(24), listen_host(task.spec.trainer_url)
+    ).start()
     stop = stop or threading.Event()
     idle_after = params.idle_minutes * 60
     went_idle = False
     try:
         while True:
-            answer = task.reporter.progress("serving", address=server.address)
+            answer = task.reporter.progress("serving", address=server.address, key=server.key)
             if answer.get("params"):
                 follow(task, engine, ServeParams.model_validate(answer["params"]))
             if idle_after and server.activity.idle_for() >= idle_after:

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from akka_training.core.errors import AkkaError
-from akka_training.core.serving import ADAPTER_HEADER
+from akka_training.core.serving import ADAPTER_HEADER, KEY_HEADER
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal, authenticate, bearer
 from akka_training.server.services import endpoints as service
@@ -85,7 +85,7 @@ async def _forward(request: Request, path: str) -> Response:
             None,
             {"Retry-After": str(RETRY_AFTER)},
         )
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", KEY_HEADER: route.key}
     if route.adapter is not None:
         headers[ADAPTER_HEADER] = route.adapter
     client = httpx.AsyncClient(base_url=route.address, timeout=_TIMEOUT)

@@ -39,6 +39,7 @@ class Route:
     endpoint: str
     address: str | None
     adapter: str | None
+    key: str = ""
 
 
 def create(
@@ -201,7 +202,7 @@ def route(session: Session, principal: Principal, model: str) -> Route:
             # The first request after its idle minutes starts it again.
             task.result = {**(task.result or {}), "idle": False, "woken": True}
             task = _start(session, task.project, task.pool, params)
-        return Route(task.id, _address(task), adapter)
+        return Route(task.id, _address(task), adapter, str((task.progress or {}).get("key", "")))
     raise NotFound(
         f"The model {model!r} does not exist or no endpoint of your projects serves it; "
         "create one with `akka training endpoints create`."

@@ -180,7 +180,9 @@ def task_record(task: Task) -> TaskRecord:
 
 
 def progress_view(progress: dict[str, Any] | None) -> TaskProgress | None:
-    """The progress a user reads (an endpoint's address is the front door's, not theirs)."""
+    """The progress a user reads (an endpoint's address and key are the front door's, not
+    theirs)."""
     if not progress:
         return None
-    return TaskProgress.model_validate({k: v for k, v in progress.items() if k != "address"})
+    hidden = ("address", "key")
+    return TaskProgress.model_validate({k: v for k, v in progress.items() if k not in hidden})
