@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from akka_training.core.catalog import CatalogModel, engine_for
 from akka_training.core.defaults import fill_defaults, lora_of
 from akka_training.core.errors import AkkaError, PlanRefused, Problem
+from akka_training.core.interactive import INTERACTIVE_METHOD, InteractiveSettings
 from akka_training.core.parsing import salvage
 from akka_training.core.phases import Phase
 from akka_training.core.plans import RL_METHODS, RuleTerm, RunPlan
@@ -29,7 +30,7 @@ from akka_training.server.auth import Principal
 from akka_training.server.services.bundles import resolve_bundle
 from akka_training.server.services.datasets import resolve_dataset
 from akka_training.server.services.lookups import find_run
-from akka_training.storage.models import DatasetVersion, Project, Snapshot
+from akka_training.storage.models import DatasetVersion, Project, Run, Snapshot
 
 
 @dataclass
@@ -384,6 +385,14 @@ def _stage_ref(
     return stage
 
 
+def _trains_unembedding(run: Run) -> bool:
+    """Whether `run` is an interactive run whose adapter covers lm_head: TRL trains no adapter
+    there (it reads the output layer's weight directly), so a plan cannot start from it."""
+    if run.method != INTERACTIVE_METHOD:
+        return False
+    return InteractiveSettings.model_validate(run.settings).lora.train_unembed
+
+
 def _source(
     session: Session,
     principal: Principal,
@@ -396,6 +405,19 @@ def _source(
         run = find_run(session, run_id, principal)
     except AkkaError as exc:
         problems.append(Problem("source.run", f"source.run: {exc.message}"))
+        return None
+    if _trains_unembedding(run):
+        problems.append(
+            Problem(
+                "source.run",
+                f"source.run: run {run.id} is a Tinker session whose adapter trains the output "
+                "layer (lm_head, the SDK's train_unembed=True), which sft, dpo, grpo and gspo "
+                "runs cannot train further. Start the session with "
+                "create_lora_training_client(..., train_unembed=False) to continue it here; its "
+                "snapshots can still be served (`akka training endpoints create`) or "
+                "downloaded.",
+            )
+        )
         return None
     lora = lora_of(run.settings)
     snapshot_name = plan.source.snapshot
