@@ -39,6 +39,9 @@ class Route:
     endpoint: str
     address: str | None
     adapter: str | None
+    # The endpoint's project and name (its metrics' labels).
+    project: str = ""
+    name: str = ""
 
 
 def create(
@@ -201,7 +204,7 @@ def route(session: Session, principal: Principal, model: str) -> Route:
             # The first request after its idle minutes starts it again.
             task.result = {**(task.result or {}), "idle": False, "woken": True}
             task = _start(session, task.project, task.pool, params)
-        return Route(task.id, _address(task), adapter)
+        return Route(task.id, _address(task), adapter, task.project, params.endpoint)
     raise NotFound(
         f"The model {model!r} does not exist or no endpoint of your projects serves it; "
         "create one with `akka training endpoints create`."
