@@ -15,7 +15,7 @@ P = c.PREFIX
 
 def test_every_name_is_under_the_prefix_and_unique() -> None:
     names = [m.name for m in c.METRICS] + [s.name for s in c.SPANS] + [a.name for a in c.ATTRIBUTES]
-    ours = [n for n in names if n not in c.ECOSYSTEM_ATTRIBUTES]
+    ours = [n for n in names if n not in c.ECOSYSTEM_ATTRIBUTES + c.GENAI_METRIC_NAMES]
     assert all(n.startswith("akka.optimize.training.") for n in ours)
     # The exceptions are OpenTelemetry's semantic-convention names, spelled as it spells them.
     assert set(c.ECOSYSTEM_ATTRIBUTES) == {
@@ -23,6 +23,17 @@ def test_every_name_is_under_the_prefix_and_unique() -> None:
         "k8s.node.name",
         "k8s.namespace.name",
         "gen_ai.token.type",
+        "gen_ai.operation.name",
+        "gen_ai.provider.name",
+        "gen_ai.request.model",
+        "gen_ai.response.model",
+        "error.type",
+    }
+    assert set(c.GENAI_METRIC_NAMES) == {
+        "gen_ai.server.request.duration",
+        "gen_ai.server.time_to_first_token",
+        "gen_ai.server.time_per_output_token",
+        "gen_ai.client.token.usage",
     }
     assert len({m.name for m in c.METRICS}) == len(c.METRICS)
     assert len({s.name for s in c.SPANS}) == len(c.SPANS)
@@ -152,6 +163,31 @@ def test_names_and_units_follow_the_ecosystem_conventions() -> None:
     assert c.attribute("gen_ai.token.type").values == ("input", "output")
     for name in ("k8s.pod.name", "k8s.node.name", "k8s.namespace.name", c.POD, c.NODE):
         assert name in c.JOB_RESOURCE_ATTRIBUTES
+
+
+def test_the_genai_metrics_follow_the_semantic_conventions() -> None:
+    # Names, units, attributes and bucket boundaries as OpenTelemetry's GenAI conventions give
+    # them, plus the project and the endpoint as every service metric carries its project.
+    genai = ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model")
+    served = (c.PROJECT, P + "endpoint")
+    duration = c.metric("gen_ai.server.request.duration")
+    assert (duration.instrument, duration.unit) == (c.Instrument.HISTOGRAM, "s")
+    assert set(duration.attributes) >= {*genai, "gen_ai.response.model", "error.type", *served}
+    assert duration.boundaries[:3] == (0.01, 0.02, 0.04) and duration.boundaries[-1] == 81.92
+    ttft = c.metric("gen_ai.server.time_to_first_token")
+    assert ttft.unit == "s" and ttft.boundaries[:3] == (0.001, 0.005, 0.01)
+    assert "error.type" not in ttft.attributes  # successful responses only
+    tpot = c.metric("gen_ai.server.time_per_output_token")
+    assert tpot.unit == "s" and tpot.boundaries[0] == 0.01 and tpot.boundaries[-1] == 2.5
+    usage = c.metric("gen_ai.client.token.usage")
+    assert usage.unit == "{token}" and "gen_ai.token.type" in usage.attributes
+    assert usage.boundaries[:3] == (1.0, 4.0, 16.0) and usage.boundaries[-1] == 67108864.0
+    for m in (duration, ttft, tpot, usage):
+        assert m.publisher is c.Publisher.SERVICE and set(m.attributes) >= {*genai, *served}
+    assert c.attribute("gen_ai.operation.name").values == ("chat", "text_completion")
+    assert c.prometheus_series(duration)[2] == "gen_ai_server_request_duration_seconds_count"
+    assert c.prometheus_name(usage) == "gen_ai_client_token_usage"
+    assert c.prometheus_label("gen_ai.request.model") == "gen_ai_request_model"
 
 
 def test_histogram_boundaries_fit_penalties_and_short_completions() -> None:

@@ -24,6 +24,8 @@ _KNOWN = {s for m in c.METRICS for s in (c.prometheus_name(m), *c.prometheus_ser
     c.prometheus_label(a.name) for a in c.ATTRIBUTES
 }
 _IDENTIFIER = re.compile(r"\bakka_optimize_training_[A-Za-z0-9_]+")
+# The front door's metrics and labels keep OpenTelemetry's GenAI names.
+_GENAI_IDENTIFIER = re.compile(r"\bgen_ai_[A-Za-z0-9_]+")
 
 
 def test_observability_md_is_current() -> None:
@@ -64,6 +66,7 @@ def test_every_prometheus_name_in_docs_dashboard_and_alerts_is_in_the_catalog() 
     texts = [docs.render(), DASHBOARD.read_text(), ALERTS.read_text()]
     texts.append((REPO / "docs" / "grafana.md").read_text())
     used = {name for text in texts for name in _IDENTIFIER.findall(text)}
+    used |= {name for text in texts for name in _GENAI_IDENTIFIER.findall(text)}
     assert used - _KNOWN == set()
     assert len(used) > 40
 
@@ -87,6 +90,10 @@ def test_the_dashboard_has_its_uid_variables_and_panels() -> None:
         "Pool devices",
         "Evaluation metrics (mean, 95% interval)",
         "Evaluation time by part",
+        "Front door requests",
+        "Time to first token",
+        "Time per output token",
+        "Tokens per second",
     ):
         assert wanted in titles
     ids = [p["id"] for p in board["panels"]]
@@ -98,7 +105,7 @@ def test_the_dashboard_has_its_uid_variables_and_panels() -> None:
     for panel in board["panels"]:
         for target in panel.get("targets", []):
             expr = target["expr"]
-            used = set(_IDENTIFIER.findall(expr))
+            used = set(_IDENTIFIER.findall(expr)) | set(_GENAI_IDENTIFIER.findall(expr))
             # Job panels select the run; capacity panels (service metrics) never name it;
             # evaluation panels select the project's evaluations.
             if used & service:

@@ -6,7 +6,8 @@ not here cannot be published (`metric()` raises `KeyError`).
 
 Rules the entries follow:
 - Every metric and span name starts with ``akka.optimize.training.``, and so does every
-  attribute of ours. Attributes the OpenTelemetry semantic conventions already name
+  attribute of ours, except the front door's metrics (`GENAI_METRICS`): they keep the names
+  OpenTelemetry's GenAI semantic conventions give them. Attributes the OpenTelemetry semantic conventions already name
   (``k8s.pod.name``, ``gen_ai.token.type``, ...) keep the convention's name
   (`ECOSYSTEM_ATTRIBUTES`), so dashboards and collectors built for the ecosystem read them.
 - Units are UCUM (``s``, ``By``, ``W``, ``Cel``, ``Hz``, ``1`` for a ratio or a plain number,
@@ -174,6 +175,12 @@ K8S_POD = "k8s.pod.name"
 K8S_NODE = "k8s.node.name"
 K8S_NAMESPACE = "k8s.namespace.name"
 TOKEN_TYPE = "gen_ai.token.type"
+GENAI_OPERATION = "gen_ai.operation.name"
+GENAI_PROVIDER = "gen_ai.provider.name"
+GENAI_REQUEST_MODEL = "gen_ai.request.model"
+GENAI_RESPONSE_MODEL = "gen_ai.response.model"
+ERROR_TYPE = "error.type"
+ENDPOINT = _P + "endpoint"
 MEMORY_PART = _P + "memory.part"
 CLIP_BOUND = _P + "policy.clip.bound"
 GPU_UUID = _P + "gpu.uuid"
@@ -197,6 +204,12 @@ MEMORY_PARTS = (
 )
 REWARD_FAILURE_CAUSES = ("timeout", "connect", "no-verdict", "http-status", "error")
 TOKEN_TYPES = ("input", "output")
+# The OpenAI API's operations as OpenTelemetry's GenAI conventions name them: chat/completions
+# and (legacy) completions.
+GENAI_OPERATIONS = ("chat", "text_completion")
+# The `gen_ai.provider.name` of everything the trainer's front door serves (the conventions'
+# list names hosted providers; a self-hosted server names itself).
+GENAI_PROVIDER_NAME = "akka.training"
 # XID codes a GPU's counter is published at 0 for (NVIDIA's list of XIDs that need attention:
 # application faults, ECC and row remapping, NVLink, the GPU falling off the bus); any other
 # code is counted as it arrives.
@@ -289,6 +302,39 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
         "as OpenTelemetry's GenAI conventions name them.",
         TOKEN_TYPES,
     ),
+    AttributeSpec(
+        GENAI_OPERATION,
+        "string",
+        "The OpenAI API operation a front-door request made: chat (`chat/completions`) or "
+        "text_completion (`completions`), as OpenTelemetry's GenAI conventions name them.",
+        GENAI_OPERATIONS,
+    ),
+    AttributeSpec(
+        GENAI_PROVIDER,
+        "string",
+        f"Who serves the model: always `{GENAI_PROVIDER_NAME}` (OpenTelemetry's GenAI "
+        "conventions require it).",
+        (GENAI_PROVIDER_NAME,),
+    ),
+    AttributeSpec(
+        GENAI_REQUEST_MODEL,
+        "string",
+        "The `model` a front-door request named: a base model, a run, a run's modelName or "
+        "RUN:step-N.",
+    ),
+    AttributeSpec(
+        GENAI_RESPONSE_MODEL,
+        "string",
+        "The `model` the endpoint's answer named (absent when no answer came).",
+    ),
+    AttributeSpec(
+        ERROR_TYPE,
+        "string",
+        "Why a front-door request failed, only on failed ones: the HTTP status the caller got "
+        "(`503` while the endpoint starts or does not answer, `400`, `404` from the endpoint), "
+        "or `cancelled` when the caller went away mid-answer, or the error's class name.",
+    ),
+    AttributeSpec(ENDPOINT, "string", "An endpoint's name (`endpoints list`), in its project."),
     AttributeSpec(MEMORY_PART, "string", "A part of a step's device-memory peak.", MEMORY_PARTS),
     AttributeSpec(CLIP_BOUND, "string", "A policy-ratio clipping bound.", ("low", "high")),
     AttributeSpec(GPU_UUID, "string", "The GPU's UUID as NVML and DCGM (label UUID) report it."),
@@ -334,7 +380,17 @@ EVALUATION_RESOURCE_ATTRIBUTES: tuple[str, ...] = (
 )
 EVALUATION_REQUIRED_RESOURCE_ATTRIBUTES: tuple[str, ...] = (EVALUATION_ID, PROJECT)
 # Names outside the prefix: the OpenTelemetry semantic conventions' own.
-ECOSYSTEM_ATTRIBUTES: tuple[str, ...] = (K8S_POD, K8S_NODE, K8S_NAMESPACE, TOKEN_TYPE)
+ECOSYSTEM_ATTRIBUTES: tuple[str, ...] = (
+    K8S_POD,
+    K8S_NODE,
+    K8S_NAMESPACE,
+    TOKEN_TYPE,
+    GENAI_OPERATION,
+    GENAI_PROVIDER,
+    GENAI_REQUEST_MODEL,
+    GENAI_RESPONSE_MODEL,
+    ERROR_TYPE,
+)
 # The ones a job cannot publish without.
 JOB_REQUIRED_RESOURCE_ATTRIBUTES: tuple[str, ...] = (RUN_ID, RUN_ATTEMPT, PROJECT)
 
@@ -360,6 +416,21 @@ REWARD_BOUNDARIES = (
 COMPLETION_LENGTH_BOUNDARIES = (
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 384.0, 512.0, 768.0, 1024.0, 1536.0,
     2048.0, 3072.0, 4096.0, 6144.0, 8192.0, 12288.0, 16384.0, 32768.0,
+)  # fmt: skip
+
+# OpenTelemetry's GenAI conventions recommend these boundaries for their histograms.
+GENAI_DURATION_BOUNDARIES = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+GENAI_TTFT_BOUNDARIES = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+GENAI_TPOT_BOUNDARIES = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+)  # fmt: skip
+GENAI_TOKEN_BOUNDARIES = (
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
+    4194304.0, 16777216.0, 67108864.0,
 )  # fmt: skip
 
 # --- metrics --------------------------------------------------------------------------------------
@@ -851,6 +922,55 @@ _JOB_STATE_METRICS = (
     ),
 )
 
+# The front door's requests (`/openai/v1`), under OpenTelemetry's GenAI semantic conventions'
+# own names: dashboards and collectors built for the ecosystem read them as they are.
+_GENAI = (GENAI_OPERATION, GENAI_PROVIDER, GENAI_REQUEST_MODEL, GENAI_RESPONSE_MODEL)
+_SERVED = (PROJECT, ENDPOINT)
+GENAI_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "gen_ai.server.request.duration",
+        _H,
+        "s",
+        "Time a front-door request took, from its arrival to the last byte of the answer; "
+        "failed ones carry error.type.",
+        _SVC,
+        (*_GENAI, ERROR_TYPE, *_SERVED),
+        GENAI_DURATION_BOUNDARIES,
+    ),
+    MetricSpec(
+        "gen_ai.server.time_to_first_token",
+        _H,
+        "s",
+        "Time from a streamed request's arrival to the first chunk carrying generated text "
+        "(successful streams).",
+        _SVC,
+        (*_GENAI, *_SERVED),
+        GENAI_TTFT_BOUNDARIES,
+    ),
+    MetricSpec(
+        "gen_ai.server.time_per_output_token",
+        _H,
+        "s",
+        "Time per output token after the first, of a successful stream: (end - first token) "
+        "/ (output tokens - 1), for streams of two tokens or more.",
+        _SVC,
+        (*_GENAI, *_SERVED),
+        GENAI_TPOT_BOUNDARIES,
+    ),
+    MetricSpec(
+        "gen_ai.client.token.usage",
+        _H,
+        "{token}",
+        "Tokens of each answered request, input (the prompt) and output (the completions), "
+        "as the answer's usage counts them. The conventions define token usage for a client "
+        "only: the front door is its endpoint's client.",
+        _SVC,
+        (*_GENAI, TOKEN_TYPE, *_SERVED),
+        GENAI_TOKEN_BOUNDARIES,
+    ),
+)
+GENAI_METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in GENAI_METRICS)
+
 _EVALUATION_METRICS = (
     _m(
         "evaluation.metric.mean",
@@ -913,6 +1033,7 @@ _EVALUATION_METRICS = (
 
 METRICS: tuple[MetricSpec, ...] = (
     _SERVICE_METRICS
+    + GENAI_METRICS
     + _STEP_METRICS
     + _MEMORY_AND_DATA_METRICS
     + _RL_STEP_METRICS

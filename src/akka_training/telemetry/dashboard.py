@@ -5,7 +5,9 @@
 
 The dashboard has the fixed uid ``akka-training`` (the links `GrafanaLinks` prints open it) and
 the variables ``project``, ``run`` and ``attempt`` (the run panels), and ``evaluation`` (the
-evaluation panels: the metrics with their intervals, samples, time by part, completion lengths). Every metric is named through
+evaluation panels: the metrics with their intervals, samples, time by part, completion lengths).
+The Serving row shows the project's endpoints from the front door's GenAI metrics: requests,
+request duration, time to first token, time per output token and tokens per second. Every metric is named through
 `catalog.prometheus_name`, so a renamed metric changes the dashboard with it; a test keeps the
 file in deploy/ equal to this output.
 
@@ -51,8 +53,8 @@ def build(project: str | None = None) -> dict[str, Any]:
         "uid": UID,
         "title": TITLE,
         "description": "A training run of akka training: progress, loss and reward, reward "
-        "graders, timings, memory, GPU health, the pools' capacity over time, and the "
-        "project's evaluations.",
+        "graders, timings, memory, GPU health, the pools' capacity over time, the "
+        "project's evaluations, and its endpoints' requests (OpenTelemetry GenAI metrics).",
         "tags": ["akka-training"],
         "editable": False,
         "graphTooltip": 1,
@@ -515,6 +517,64 @@ def _sections() -> list[tuple[str, list[dict[str, Any]]]]:
                     "none",
                 ),
             ],
+        ),
+        ("Serving", _serving()),
+    ]
+
+
+def _serving() -> list[dict[str, Any]]:
+    """The front door's GenAI histograms for the project's endpoints: every replica of the
+    service counts its own requests, so series are summed."""
+    endpoint = c.prometheus_label(c.ENDPOINT)
+    model = c.prometheus_label(c.GENAI_REQUEST_MODEL)
+    error = c.prometheus_label(c.ERROR_TYPE)
+    token_type = c.prometheus_label(c.TOKEN_TYPE)
+    sel = f'{{{_PROJECT}="$project"}}'
+    duration = c.prometheus_name(c.metric("gen_ai.server.request.duration"))
+    usage = c.prometheus_name(c.metric("gen_ai.client.token.usage"))
+
+    def quantiles(name: str) -> list[tuple[str, str]]:
+        series = c.prometheus_name(c.metric(name))
+        return [
+            (
+                f"histogram_quantile({q}, sum by (le, {endpoint}) "
+                f"(rate({series}_bucket{sel}[$__rate_interval])))",
+                f"{{{{{endpoint}}}}} p{round(q * 100)}",
+            )
+            for q in (0.5, 0.9, 0.99)
+        ]
+
+    return [
+        _ts(
+            "Front door requests",
+            [
+                (
+                    f"sum by ({endpoint}, {model}) "
+                    f'(rate({duration}_count{{{_PROJECT}="$project", {error}=""}}'
+                    "[$__rate_interval]))",
+                    f"{{{{{endpoint}}}}} {{{{{model}}}}}",
+                ),
+                (
+                    f"sum by ({endpoint}, {error}) "
+                    f'(rate({duration}_count{{{_PROJECT}="$project", {error}!=""}}'
+                    "[$__rate_interval]))",
+                    f"{{{{{endpoint}}}}} failed {{{{{error}}}}}",
+                ),
+            ],
+            "reqps",
+        ),
+        _ts("Request duration", quantiles("gen_ai.server.request.duration"), "s"),
+        _ts("Time to first token", quantiles("gen_ai.server.time_to_first_token"), "s"),
+        _ts("Time per output token", quantiles("gen_ai.server.time_per_output_token"), "s"),
+        _ts(
+            "Tokens per second",
+            [
+                (
+                    f"sum by ({endpoint}, {token_type}) (rate({usage}_sum{sel}[$__rate_interval]))",
+                    f"{{{{{endpoint}}}}} {{{{{token_type}}}}}",
+                )
+            ],
+            "none",
         ),
     ]
 

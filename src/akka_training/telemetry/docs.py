@@ -21,7 +21,12 @@ def render() -> str:
     parts = [
         _INTRO,
         _section("Metrics", _METRICS_INTRO),
-        _metric_table("Service metrics", c.metrics_of(c.Publisher.SERVICE)),
+        _metric_table(
+            "Service metrics",
+            [m for m in c.metrics_of(c.Publisher.SERVICE) if m not in c.GENAI_METRICS],
+        ),
+        _metric_table("Serving metrics", c.GENAI_METRICS),
+        _SERVING,
         _metric_table("Job metrics", c.metrics_of(c.Publisher.JOB)),
         _job_resource(),
         _metric_table("Evaluation metrics", c.metrics_of(c.Publisher.EVALUATION)),
@@ -331,6 +336,37 @@ containers so GPU series can be joined per node:
 env:
   - name: NODE_NAME
     valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+```
+"""
+
+_SERVING = """\
+The trainer's front door (`/openai/v1`, see [Talk to your adapter](talk-to-your-adapter.md))
+publishes these with the service's metrics, under the names and bucket boundaries of
+OpenTelemetry's GenAI semantic conventions, so dashboards built for those conventions read them
+as they are. Each carries `gen_ai.operation.name` (`chat` or `text_completion`),
+`gen_ai.provider.name` (`akka.training`), `gen_ai.request.model` (the `model` the request
+named), `gen_ai.response.model` (the `model` of the answer) and the endpoint's project and name.
+They are measured from the answer as the front door relays it:
+
+- `gen_ai.server.request.duration`: from the request's arrival to the answer's last byte. A
+  failed request carries `error.type`: the status the caller got (`503` while the endpoint
+  starts or does not answer, `400` or `404` from the endpoint), or `cancelled` when the caller
+  went away mid-answer. Requests refused before an endpoint is known (`401`, a model no
+  endpoint of the caller's projects serves) belong to no endpoint and are not counted.
+- `gen_ai.server.time_to_first_token`: streamed requests only, from the arrival to the first
+  chunk that carries generated text (a chunk naming the role only is not one).
+- `gen_ai.server.time_per_output_token`: streamed requests of two output tokens or more, from
+  the first token to the end, divided by the output tokens after the first.
+- `gen_ai.client.token.usage`: the answer's `usage`, input and output (`gen_ai.token.type`),
+  streamed or not. The conventions define token usage for a client only; the front door is its
+  endpoint's client.
+
+Only successful requests count tokens and token timings. With several completions (`n`), the
+first token is that of any completion and the output tokens are those of all of them.
+
+```promql
+histogram_quantile(0.9, sum by (le, akka_optimize_training_endpoint)
+  (rate(gen_ai_server_time_to_first_token_seconds_bucket[5m])))
 ```
 """
 

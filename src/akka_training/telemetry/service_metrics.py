@@ -1,4 +1,5 @@
-"""The service's metrics: capacity gauges read from a snapshot, and a failure counter.
+"""The service's metrics: capacity gauges read from a snapshot, a failure counter, and the
+front door's GenAI histograms (`serving`, see `telemetry.serving_metrics`).
 
 `ServiceTelemetry` reads a `CapacitySnapshot` from a callable the service provides each time
 metrics are collected (a Prometheus scrape of ``/metrics``, or an OTLP export to the collector),
@@ -49,6 +50,7 @@ from akka_training.telemetry.otel import (
     make_resource,
     meter_provider,
 )
+from akka_training.telemetry.serving_metrics import ServingMetrics
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +147,8 @@ class ServiceTelemetry:
             )
         failures = c.metric(c.PREFIX + "run.failures")
         self._failures = create_instruments(meter, [failures])[failures.name]
+        # The front door's requests (OpenTelemetry's GenAI conventions).
+        self.serving = ServingMetrics(meter)
 
     def run_failed(self, project: str, reason: FailureReason | str) -> None:
         """Count a run that failed (once per run, when it enters FAILED)."""

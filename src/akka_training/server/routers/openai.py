@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from akka_training.core.errors import AkkaError
 from akka_training.core.serving import ADAPTER_HEADER, KEY_HEADER
 from akka_training.deployment.context import AppContext
+from akka_training.server import front_door_metrics as metering
 from akka_training.server.auth import Principal, authenticate, bearer
 from akka_training.server.services import endpoints as service
 
@@ -60,6 +61,7 @@ async def completions(request: Request) -> Response:
 
 async def _forward(request: Request, path: str) -> Response:
     ctx: AppContext = request.app.state.ctx
+    started = metering.arrived(request)
     try:
         principal = await anyio.to_thread.run_sync(_principal, ctx, request)
     except AkkaError as exc:
@@ -76,9 +78,11 @@ async def _forward(request: Request, path: str) -> Response:
         route = await anyio.to_thread.run_sync(_route, ctx, principal, model)
     except AkkaError as exc:
         return _error(exc)
+    exchange = metering.exchange(request, path, model, route, started)
     if route.address is None:
         if ctx.controller is not None:
             ctx.controller.wake()  # an idle endpoint may have been started again
+        metering.refused(exchange, 503)
         return _refuse(
             503,
             f"The endpoint serving {model} is starting; try again in a few seconds.",
@@ -95,6 +99,7 @@ async def _forward(request: Request, path: str) -> Response:
         )
     except httpx.HTTPError:
         await client.aclose()
+        metering.refused(exchange, 503)
         return _refuse(
             503,
             f"The endpoint serving {model} does not answer; it may be restarting. Try again "
@@ -112,7 +117,7 @@ async def _forward(request: Request, path: str) -> Response:
             await client.aclose()
 
     return StreamingResponse(
-        relay(),
+        metering.relayed(relay(), exchange, upstream),
         status_code=upstream.status_code,
         media_type=upstream.headers.get("content-type", "application/json"),
     )

@@ -39,7 +39,11 @@ class Route:
     endpoint: str
     address: str | None
     adapter: str | None
+    # What the front door sends with each request (`core.serving.KEY_HEADER`).
     key: str = ""
+    # The endpoint's project and name (its metrics' labels).
+    project: str = ""
+    name: str = ""
 
 
 def create(
@@ -202,7 +206,8 @@ def route(session: Session, principal: Principal, model: str) -> Route:
             # The first request after its idle minutes starts it again.
             task.result = {**(task.result or {}), "idle": False, "woken": True}
             task = _start(session, task.project, task.pool, params)
-        return Route(task.id, _address(task), adapter, str((task.progress or {}).get("key", "")))
+        key = str((task.progress or {}).get("key", ""))
+        return Route(task.id, _address(task), adapter, key, task.project, params.endpoint)
     raise NotFound(
         f"The model {model!r} does not exist or no endpoint of your projects serves it; "
         "create one with `akka training endpoints create`."
