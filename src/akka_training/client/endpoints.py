@@ -16,6 +16,7 @@ from akka_training.core.errors import (
     AkkaError,
     InvalidRequest,
     NotFound,
+    QuotaExceeded,
     ServiceUnavailable,
     TrainerUnreachable,
     Unauthorized,
@@ -191,6 +192,7 @@ def _openai_error(response: httpx.Response) -> AkkaError:
         400: InvalidRequest,
         401: Unauthorized,
         404: NotFound,
+        429: QuotaExceeded,
         503: ServiceUnavailable,
     }
     return kinds.get(response.status_code, AkkaError)(_openai_message(response))

@@ -127,7 +127,7 @@ def _principal(ctx: AppContext, request: Request) -> Principal:
 
 def _route(ctx: AppContext, principal: Principal, model: str) -> service.Route:
     with ctx.db.session() as session:
-        return service.route(session, principal, model)
+        return service.route(session, ctx, principal, model)
 
 
 def _served(ctx: AppContext, principal: Principal) -> list[tuple[str, str]]:
@@ -137,19 +137,30 @@ def _served(ctx: AppContext, principal: Principal) -> list[tuple[str, str]]:
 
 def _error(exc: AkkaError) -> JSONResponse:
     param = "model" if exc.status == 404 else None
-    return _refuse(exc.status, exc.message, param)
+    # OpenAI's code for a quota; a full pool has its own.
+    code = "insufficient_quota" if getattr(exc, "reason", None) == "quota" else None
+    return _refuse(exc.status, exc.message, param, code=code)
 
 
 def _refuse(
-    status: int, message: str, param: str | None, headers: dict[str, str] | None = None
+    status: int,
+    message: str,
+    param: str | None,
+    headers: dict[str, str] | None = None,
+    code: str | None = None,
 ) -> JSONResponse:
-    kinds = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error"}
-    codes = {401: "invalid_api_key", 404: "model_not_found", 503: "unavailable"}
+    kinds = {
+        401: "authentication_error",
+        403: "permission_error",
+        404: "invalid_request_error",
+        429: "insufficient_quota",
+    }
+    codes = {401: "invalid_api_key", 404: "model_not_found", 429: "pool_full", 503: "unavailable"}
     kind = kinds.get(status, "invalid_request_error" if status < 500 else "server_error")
     error: dict[str, Any] = {
         "message": message,
         "type": kind,
         "param": param,
-        "code": codes.get(status),
+        "code": code or codes.get(status),
     }
     return JSONResponse({"error": error}, status_code=status, headers=headers)
