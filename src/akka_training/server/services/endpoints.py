@@ -250,12 +250,13 @@ def refuse_unadmitted(
 
 
 def served_models(session: Session, principal: Principal) -> list[tuple[str, str]]:
-    """(model name, project) of every model the caller's live endpoints serve."""
+    """(model name, project) of every model the caller's live endpoints serve, by every name a
+    request may give it (an adapter's aliases too)."""
     out: list[tuple[str, str]] = []
     for task in _live_endpoints(session, principal):
         params = ServeParams.model_validate(task.params)
         out.append((params.base_model.id, task.project))
-        out += [(a.name, task.project) for a in params.adapters]
+        out += [(n, task.project) for a in params.adapters for n in (a.name, *a.aliases)]
     return out
 
 
