@@ -40,9 +40,7 @@ class EndpointServer:
         self.engine = engine
         self.batcher = Batcher(engine)
         self.activity = Activity()
-        self._server = ThreadingHTTPServer(
-            (host, port), _handler(engine, self.batcher, self.activity)
-        )
+        self._server = _Server((host, port), _handler(engine, self.batcher, self.activity))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -59,6 +57,12 @@ class EndpointServer:
         self._server.shutdown()
         self._server.server_close()
         self.batcher.close()
+
+
+class _Server(ThreadingHTTPServer):
+    # socketserver's default backlog of 5 drops the connections of a burst of streams (32
+    # opened at once by the front door waited out its connect timeout and answered 503).
+    request_queue_size = 256
 
 
 class Activity:
