@@ -84,6 +84,13 @@ NOT_RUN = {
         "needs the endpoint's job to load the run's adapter, which the page's trainer does not "
         "wait for; tests/integration/test_endpoints.py runs the same command"
     ),
+    (
+        "docs/talk-to-your-adapter.md",
+        "python bench/serving.py [--streams 32] [--repeats 3] [--max-tokens 64] [--adapters]",
+    ): (
+        "a benchmark that starts its own trainer and takes minutes; the page shows what it "
+        "printed, and tests/integration/test_endpoints.py runs the same front door"
+    ),
     ("README.md", "./scripts/demo"): (
         "sets up .venv (from the package index, which the tests do not reach), then runs the "
         "demo or the whole suite, which is what runs this test"

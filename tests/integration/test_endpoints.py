@@ -2,11 +2,16 @@
 official `openai` SDK: a run's adapter and the base model served by one endpoint, answered
 whole and streamed (usage in the last chunk), greedy answers equal to PEFT's own generation,
 503 with Retry-After while the endpoint starts, 404 for another project's token, and the
-endpoint deleted."""
+endpoint deleted; `akka training chat` with a temporary endpoint, and 429 when a quota cannot
+admit an endpoint."""
 
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -150,8 +155,9 @@ def test_an_endpoint_serves_a_run_and_its_base_through_the_openai_sdk(
     assert len(talk.stdout.splitlines()) == 2
     unknown = trainer.cli("training", "chat", "nosuchmodel", "-m", "hi", check=False)
     assert unknown.returncode != 0
-    assert "The model 'nosuchmodel' does not exist or no endpoint of your projects serves it" in (
-        unknown.stderr
+    assert (
+        "The model 'nosuchmodel' is not a base model, a run or a run's modelName, and no "
+        "endpoint of your projects serves it" in unknown.stderr
     )
 
     # The base model answers too, and differently from the adapter.
@@ -365,3 +371,135 @@ def test_an_idle_endpoint_gives_its_devices_back_and_a_request_brings_it_back(
     trainer.cli("training", "endpoints", "delete", "sleepy", "--project", "demo")
     listed = trainer.cli_json("training", "endpoints", "list", "--project", "demo")
     assert {e["name"]: e["phase"] for e in listed}.get("sleepy", "STOPPED") == "STOPPED"
+
+
+def set_quota(trainer: TrainerProcess, project: str, quota: int | None) -> None:
+    answered = httpx.put(
+        f"{trainer.url}/v1/projects/{project}/quota",
+        headers={"Authorization": f"Bearer {trainer.admin_token}"},
+        json={"quota": quota},
+    )
+    assert answered.status_code == 200, answered.text
+
+
+def temporary_name(stderr: str, model: str) -> str:
+    said = re.search(
+        rf"No endpoint serves {re.escape(model)}: started temporary endpoint "
+        r"(chat-[0-9a-f]{6}) in project demo \(base tiny-chat, adapter "
+        rf"{re.escape(model)}; 1 device\(s\) of pool default\); it is deleted "
+        r"when this chat ends\.",
+        stderr,
+    )
+    assert said is not None, stderr
+    return said.group(1)
+
+
+def phases(trainer: TrainerProcess) -> dict[str, str]:
+    listed = trainer.cli_json("training", "endpoints", "list", "--all", "--project", "demo")
+    return {e["name"]: e["phase"] for e in listed}
+
+
+def test_chat_starts_a_temporary_endpoint_and_deletes_it_when_the_chat_ends(
+    trainer: TrainerProcess, run_id: str
+) -> None:
+    keys = tokens(trainer)
+    # An interactive chat, interrupted with Ctrl-C: its temporary endpoint goes with it.
+    talk = subprocess.Popen(
+        [sys.executable, "-m", "akka_training.cli", "training", "chat", run_id],
+        env=trainer.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        name = until(
+            lambda: next((n for n, p in phases(trainer).items() if p == "READY"), None),
+            what="the chat's temporary endpoint to be READY",
+            timeout=180,
+            detail=lambda: trainer.log()[-3000:],
+        )
+        # Meanwhile it serves the run to the OpenAI SDK too.
+        client = openai.OpenAI(base_url=f"{trainer.url}/openai/v1", api_key=keys["demo"])
+        greedy = client.chat.completions.create(
+            model=run_id, messages=QUESTION, max_tokens=8, temperature=0
+        )
+        talk.send_signal(signal.SIGINT)
+        _, stderr = talk.communicate(timeout=60)
+    finally:
+        if talk.poll() is None:
+            talk.kill()
+            talk.wait()
+    assert talk.returncode == 130
+    assert temporary_name(stderr, run_id) == name
+    assert f"Temporary endpoint {name} deleted." in stderr
+    assert "Traceback" not in stderr
+    assert phases(trainer)[name] == "STOPPED"
+
+    # With -m: one answer, streamed from a new temporary endpoint, deleted after it.
+    said = trainer.cli(
+        "training",
+        "chat",
+        run_id,
+        "-m",
+        "What is 2 + 3?",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "8",
+    )
+    assert said.stdout == f"{greedy.choices[0].message.content}\n"
+    other = temporary_name(said.stderr, run_id)
+    assert other != name
+    assert f"Temporary endpoint {other} deleted." in said.stderr
+    assert phases(trainer)[other] == "STOPPED"
+
+
+def test_an_endpoint_a_quota_cannot_admit_is_answered_429(
+    trainer: TrainerProcess, run_id: str
+) -> None:
+    set_quota(trainer, "demo", 0)
+    try:
+        # chat's temporary endpoint: the quota's words, no traceback, and the endpoint deleted.
+        refused = trainer.cli("training", "chat", run_id, "-m", "hi", check=False)
+        assert refused.returncode == 1
+        name = temporary_name(refused.stderr, run_id)
+        assert (
+            "Project demo's quota is 0 device(s) and it holds 0: the endpoint serving "
+            f"{run_id} needs 1 more to start. Free some (`akka training capacity --project "
+            "demo` shows what holds them; delete an endpoint or cancel a run) or ask an admin "
+            "to raise the quota."
+        ) in refused.stderr
+        assert f"Temporary endpoint {name} deleted." in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert phases(trainer)[name] == "STOPPED"
+
+        # The OpenAI SDK gets the same words as a RateLimitError (429).
+        trainer.cli(
+            "training",
+            "endpoints",
+            "create",
+            "capped",
+            "--base",
+            "tiny-chat",
+            "--project",
+            "demo",
+        )
+        keys = tokens(trainer)
+        client = openai.OpenAI(
+            base_url=f"{trainer.url}/openai/v1", api_key=keys["demo"], max_retries=0
+        )
+        with pytest.raises(openai.RateLimitError) as limited:
+            client.completions.create(model="tiny-chat", prompt="hi", max_tokens=2)
+        assert limited.value.code == "insufficient_quota"
+        assert "Project demo's quota is 0 device(s) and it holds 0" in str(limited.value)
+    finally:
+        set_quota(trainer, "demo", None)
+    answered = until(
+        lambda: client.completions.create(model="tiny-chat", prompt="hi", max_tokens=2),
+        what="the endpoint to answer once the quota admits it",
+        ignoring=(openai.APIStatusError,),
+        timeout=180,
+    )
+    assert answered.usage is not None and answered.usage.completion_tokens > 0
+    trainer.cli("training", "endpoints", "delete", "capped", "--project", "demo")

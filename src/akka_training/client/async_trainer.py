@@ -571,6 +571,9 @@ class AsyncTrainerClient(AsyncBase):
             )
         )
 
+    async def served_models(self) -> list[str]:
+        return await self._run(lambda: self.client.served_models())
+
     async def set_dataset_alias(self, ref: str, alias: str) -> api.datasets.AliasSet:
         return await self._run(lambda: self.client.set_dataset_alias(ref=ref, alias=alias))
 

@@ -16,6 +16,7 @@ from akka_training.core.errors import (
     AkkaError,
     InvalidRequest,
     NotFound,
+    QuotaExceeded,
     ServiceUnavailable,
     TrainerUnreachable,
     Unauthorized,
@@ -81,6 +82,17 @@ class EndpointsApi(BaseClient):
 
     def delete_endpoint(self, project: str, name: str) -> api.endpoints.EndpointRecord:
         return self.call(api.endpoints.EndpointRecord, "DELETE", f"/v1/endpoints/{project}/{name}")
+
+    def served_models(self) -> list[str]:
+        """The models (base models, runs, ``RUN:SNAPSHOT``, modelNames) the live endpoints of
+        the caller's projects serve, as ``/openai/v1/models`` lists them."""
+        try:
+            response = self._http.get("/openai/v1/models")
+        except httpx.ConnectError as exc:
+            raise TrainerUnreachable(f"The trainer at {self.url} does not answer.") from exc
+        if response.status_code >= 400:
+            raise _openai_error(response)
+        return [str(m["id"]) for m in response.json().get("data", [])]
 
     def chat_stream(
         self,
@@ -191,6 +203,7 @@ def _openai_error(response: httpx.Response) -> AkkaError:
         400: InvalidRequest,
         401: Unauthorized,
         404: NotFound,
+        429: QuotaExceeded,
         503: ServiceUnavailable,
     }
     return kinds.get(response.status_code, AkkaError)(_openai_message(response))

@@ -8,6 +8,7 @@
     ├── NotFound                   not-found        404
     ├── Conflict                   conflict         409
     ├── PayloadTooLarge            too-large        413
+    ├── QuotaExceeded              quota            429
     ├── ServiceUnavailable         unavailable      503
     └── TrainerUnreachable         unreachable      --   (raised by the client only)
 
@@ -104,6 +105,20 @@ class PayloadTooLarge(AkkaError):
     status = 413
 
 
+class QuotaExceeded(AkkaError):
+    """What the request needs started (an endpoint) cannot be admitted now: its project's quota
+    (`reason` "quota") or its pool's free devices (`reason` "pool") do not allow it."""
+
+    code = "quota"
+    status = 429
+
+    def __init__(
+        self, message: str, problems: list[Problem] | None = None, reason: str = "quota"
+    ) -> None:
+        super().__init__(message, problems)
+        self.reason = reason
+
+
 class ServiceUnavailable(AkkaError):
     """Something the service needs is busy or away for now; `retry_after` (seconds), when set,
     is sent as the answer's ``Retry-After`` header, after which the same request may succeed."""
@@ -157,6 +172,7 @@ _BY_CODE: dict[str, type[AkkaError]] = {
         NotFound,
         Conflict,
         PayloadTooLarge,
+        QuotaExceeded,
         ServiceUnavailable,
         TrainerUnreachable,
         StorageFull,

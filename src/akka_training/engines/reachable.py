@@ -42,11 +42,15 @@ def http_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def http_server(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
-    """A threading HTTP server on `host` (IPv4 or IPv6) and `port` (0: any free port)."""
+def http_server(
+    host: str, port: int, handler: type[BaseHTTPRequestHandler], backlog: int = 5
+) -> ThreadingHTTPServer:
+    """A threading HTTP server on `host` (IPv4 or IPv6) and `port` (0: any free port), that
+    keeps up to `backlog` connections waiting to be accepted."""
 
     class Server(ThreadingHTTPServer):
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         daemon_threads = True
+        request_queue_size = backlog
 
     return Server((host, port), handler)

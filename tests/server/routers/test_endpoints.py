@@ -133,3 +133,40 @@ def test_the_front_door_answers_openai_error_objects(
         "The endpoint serving tiny-chat is starting; try again in a few seconds."
     )
     assert [m["id"] for m in api.get("/openai/v1/models").json()["data"]] == ["tiny-chat"]
+
+
+def test_an_endpoint_that_cannot_be_admitted_answers_429_saying_which_limit(
+    trainer: InProcessTrainer, api: httpx.Client
+) -> None:
+    # Two runs hold both devices of the pool, and project maths's whole quota of 2.
+    register(api, "maths/train", chat_rows(8))
+    for steps in (4, 5):
+        plan = sft_plan(config={"hyperparams": {"training": {"maxSteps": steps}}})
+        started = api.post("/v1/runs", json=plan)
+        assert started.status_code == 200, started.text
+        trainer.admit(started.json()["id"])
+    assert create(api).status_code == 201
+    chat = {"model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}]}
+
+    quota = api.post("/openai/v1/chat/completions", json=chat)
+    assert quota.status_code == 429
+    assert quota.json()["error"] == {
+        "message": "Project maths's quota is 2 device(s) and it holds 2: the endpoint serving "
+        "tiny-chat needs 1 more to start. Free some (`akka training capacity --project maths` "
+        "shows what holds them; delete an endpoint or cancel a run) or ask an admin to raise "
+        "the quota.",
+        "type": "insufficient_quota",
+        "param": None,
+        "code": "insufficient_quota",
+    }
+
+    # Without a quota, the pool is what cannot admit it.
+    assert api.put("/v1/projects/maths/quota", json={"quota": None}).status_code == 200
+    pool = api.post("/openai/v1/completions", json={"model": "tiny-chat", "prompt": "hi"})
+    assert pool.status_code == 429
+    assert pool.json()["error"]["code"] == "pool_full"
+    assert pool.json()["error"]["message"] == (
+        "Pool default has 0 device(s) free: the endpoint serving tiny-chat needs 1 to start. "
+        "Try again when runs or endpoints give devices back (`akka training capacity` shows "
+        "the pool), or serve it from another pool."
+    )

@@ -45,7 +45,11 @@ class EndpointServer:
         self.batcher = Batcher(engine)
         self.activity = Activity()
         self.key = key
-        self._server = http_server(host, port, _handler(engine, self.batcher, self.activity, key))
+        # socketserver's default backlog of 5 drops the connections of a burst of streams (32
+        # opened at once by the front door waited out its connect timeout and answered 503).
+        self._server = http_server(
+            host, port, _handler(engine, self.batcher, self.activity, key), backlog=256
+        )
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

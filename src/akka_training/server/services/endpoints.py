@@ -10,7 +10,14 @@ from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
 from akka_training.api.endpoints import EndpointAdapter, EndpointCreate, EndpointRecord
-from akka_training.core.errors import AkkaError, Conflict, InvalidRequest, NotFound, Problem
+from akka_training.core.errors import (
+    AkkaError,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    Problem,
+    QuotaExceeded,
+)
 from akka_training.core.phases import Phase
 from akka_training.core.serving import (
     SERVE,
@@ -23,9 +30,11 @@ from akka_training.core.states import ClaimState, TaskState
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
 from akka_training.server.services import tasks
+from akka_training.server.services.capacity import pool_usage
 from akka_training.server.services.lookups import find_run
 from akka_training.server.services.plans import catalog_model, model_pin
-from akka_training.storage.models import Run, Snapshot, Task
+from akka_training.server.services.projects import held_devices
+from akka_training.storage.models import Project, Run, Snapshot, Task
 from akka_training.storage.transitions import lock_task, open_task_claim, task_claim
 
 OPEN = (TaskState.PENDING, TaskState.RUNNING)
@@ -191,9 +200,11 @@ def endpoint_for(session: Session, principal: Principal, project: str, name: str
     return task
 
 
-def route(session: Session, principal: Principal, model: str) -> Route:
+def route(session: Session, ctx: AppContext, principal: Principal, model: str) -> Route:
     """The endpoint of the caller's projects that serves `model` (a base model, a run, a run's
-    modelName, RUN:SNAPSHOT or RUN:step-N); `NotFound` when none does."""
+    modelName, RUN:SNAPSHOT or RUN:step-N); `NotFound` when none does. `QuotaExceeded` when the
+    endpoint must be started (it is idle, or queued) and its project's quota or its pool's
+    free devices cannot admit it now."""
     for task in _live_endpoints(session, principal):
         params = ServeParams.model_validate(task.params)
         adapter: str | None = None
@@ -203,9 +214,14 @@ def route(session: Session, principal: Principal, model: str) -> Route:
                 continue
             adapter = named[0]
         if idle(task):
-            # The first request after its idle minutes starts it again.
+            # The first request after its idle minutes starts it again, if it can be admitted.
+            refuse_unadmitted(session, ctx, task.project, task.pool, params.gpus, model)
             task.result = {**(task.result or {}), "idle": False, "woken": True}
             task = _start(session, task.project, task.pool, params)
+        else:
+            claim = task_claim(session, task.id)
+            if claim is not None and claim.state == ClaimState.QUEUED:
+                refuse_unadmitted(session, ctx, task.project, task.pool, params.gpus, model)
         key = str((task.progress or {}).get("key", ""))
         return Route(task.id, _address(task), adapter, key, task.project, params.endpoint)
     raise NotFound(
@@ -214,13 +230,39 @@ def route(session: Session, principal: Principal, model: str) -> Route:
     )
 
 
+def refuse_unadmitted(
+    session: Session, ctx: AppContext, project: str, pool: str, devices: int, model: str
+) -> None:
+    """`QuotaExceeded`, saying which limit and what to do, when a claim of `devices` on `pool`
+    for `project` (the endpoint serving `model`) could not be granted now."""
+    quota = session.scalar(select(Project.quota).where(Project.name == project))
+    held, _ = held_devices(session, project)
+    if quota is not None and held + devices > quota:
+        raise QuotaExceeded(
+            f"Project {project}'s quota is {quota} device(s) and it holds {held}: the endpoint "
+            f"serving {model} needs {devices} more to start. Free some (`akka training capacity "
+            f"--project {project}` shows what holds them; delete an endpoint or cancel a run) "
+            "or ask an admin to raise the quota.",
+            reason="quota",
+        )
+    free = next((p.free for p in pool_usage(session, ctx) if p.name == pool), None)
+    if free is not None and free < devices:
+        raise QuotaExceeded(
+            f"Pool {pool} has {free} device(s) free: the endpoint serving {model} needs "
+            f"{devices} to start. Try again when runs or endpoints give devices back "
+            f"(`akka training capacity` shows the pool), or serve it from another pool.",
+            reason="pool",
+        )
+
+
 def served_models(session: Session, principal: Principal) -> list[tuple[str, str]]:
-    """(model name, project) of every model the caller's live endpoints serve."""
+    """(model name, project) of every model the caller's live endpoints serve, by every name a
+    request may give it (an adapter's aliases too)."""
     out: list[tuple[str, str]] = []
     for task in _live_endpoints(session, principal):
         params = ServeParams.model_validate(task.params)
         out.append((params.base_model.id, task.project))
-        out += [(a.name, task.project) for a in params.adapters]
+        out += [(n, task.project) for a in params.adapters for n in (a.name, *a.aliases)]
     return out
 
 
