@@ -52,6 +52,16 @@ class EndpointRecord(ResponseBody):
     ended_at: Timestamp | None
 
 
+class ServedModel(ResponseBody):
+    """A model the caller's live endpoints serve (`/openai/v1/models`, OpenAI's model object):
+    a base model, a run, ``RUN:SNAPSHOT`` or a modelName, and the project that serves it."""
+
+    id: str
+    object: str = "model"
+    created: int
+    owned_by: str = Field(description="The project whose endpoint serves the model.")
+
+
 class ChatPiece(ResponseBody):
     """A piece of a streamed answer (`TrainerClient.chat_stream`)."""
 

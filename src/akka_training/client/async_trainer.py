@@ -571,7 +571,7 @@ class AsyncTrainerClient(AsyncBase):
             )
         )
 
-    async def served_models(self) -> list[str]:
+    async def served_models(self) -> list[api.endpoints.ServedModel]:
         return await self._run(lambda: self.client.served_models())
 
     async def set_dataset_alias(self, ref: str, alias: str) -> api.datasets.AliasSet:

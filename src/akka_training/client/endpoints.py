@@ -83,7 +83,7 @@ class EndpointsApi(BaseClient):
     def delete_endpoint(self, project: str, name: str) -> api.endpoints.EndpointRecord:
         return self.call(api.endpoints.EndpointRecord, "DELETE", f"/v1/endpoints/{project}/{name}")
 
-    def served_models(self) -> list[str]:
+    def served_models(self) -> list[api.endpoints.ServedModel]:
         """The models (base models, runs, ``RUN:SNAPSHOT``, modelNames) the live endpoints of
         the caller's projects serve, as ``/openai/v1/models`` lists them."""
         try:
@@ -92,7 +92,7 @@ class EndpointsApi(BaseClient):
             raise TrainerUnreachable(f"The trainer at {self.url} does not answer.") from exc
         if response.status_code >= 400:
             raise _openai_error(response)
-        return [str(m["id"]) for m in response.json().get("data", [])]
+        return [api.endpoints.ServedModel.model_validate(m) for m in response.json()["data"]]
 
     def chat_stream(
         self,

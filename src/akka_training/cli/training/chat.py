@@ -55,7 +55,7 @@ def chat(
     asks for a line at a time until an empty line or end of input."""
     client = state.client()
     temporary = None
-    if model not in client.served_models():
+    if model not in {served.id for served in client.served_models()}:
         temporary = _start_temporary(client, model, gpus, pool, project)
     asked = temporary.model if temporary is not None else model
     history: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
