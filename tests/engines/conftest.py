@@ -39,6 +39,8 @@ class ReportServer:
     # The kind of each request, as it came (a ``batch`` request holds several reports).
     requests: list[str] = field(default_factory=list)
     script: Script = lambda kind, body, reports: "continue"
+    # What else the answer to a report holds (a long-lived task's current ``params``).
+    extra: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda kind, body: {}
     lock: threading.Lock = field(default_factory=threading.Lock)
     store_env: dict[str, str] = field(default_factory=dict)
     bootstraps: list[str] = field(default_factory=list)
@@ -79,7 +81,8 @@ def report_server() -> Iterator[ReportServer]:
                 for one_kind, one in unbatched(kind, body):
                     server_state.reports.append(Report(one_kind, one, token))
                     actions.append(server_state.script(one_kind, one, list(server_state.reports)))
-            self._answer(200, {"action": strongest(actions)})
+                extra = server_state.extra(kind, body)
+            self._answer(200, {"action": strongest(actions), **extra})
 
         def _exchange(self, bootstrap: str) -> None:
             with server_state.lock:

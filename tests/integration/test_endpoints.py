@@ -99,6 +99,9 @@ def test_an_endpoint_serves_a_run_and_its_base_through_the_openai_sdk(
         timeout=180,
         detail=lambda: trainer.log()[-3000:],
     )
+    # No vLLM environment named (trainer.endpoints.vllm-python): transformers serves.
+    got = trainer.cli_json("training", "endpoints", "get", "chat", "--project", "demo")
+    assert got["engine"] == "transformers"
     client = openai.OpenAI(base_url=f"{trainer.url}/openai/v1", api_key=keys["demo"])
 
     whole = client.chat.completions.create(

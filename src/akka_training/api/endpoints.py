@@ -46,6 +46,11 @@ class EndpointRecord(ResponseBody):
     gpus: int
     pool: str
     idle_minutes: float = Field(description="0: it never goes idle.")
+    engine: str | None = Field(
+        None,
+        description="What serves it: vllm or transformers (trainer.endpoints.engine), as its "
+        "job said once it started; null before.",
+    )
     failure: str | None
     created_at: Timestamp
     started_at: Timestamp | None

@@ -39,6 +39,10 @@ class CatalogModel(PlanModel):
     context_length: int = Field(2048, ge=16)
     status: Literal["available", "disabled"] = "available"
     envelopes: list[Envelope] = Field(default_factory=list)
+    # How an endpoint serves it on vLLM: adapters held on the device at once, and the largest
+    # LoRA rank it takes (one of vLLM's: 1, 8, 16, 32, 64, 128, 256, 320, 512).
+    max_loras: int = Field(4, ge=1, le=256)
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = 64
 
     @property
     def public_name(self) -> str:

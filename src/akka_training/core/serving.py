@@ -16,6 +16,7 @@ starts a new task of the same key), STOPPED once deleted, FAILED when its job fa
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field
 
@@ -28,6 +29,12 @@ SERVE = "serve"
 ADAPTER_HEADER = "X-Akka-Adapter"
 # The key an endpoint's job reports with its address: it answers only requests carrying it.
 KEY_HEADER = "X-Endpoint-Key"
+
+
+ServingEngine = Literal["auto", "vllm", "transformers"]
+# The engines that serve (what `auto` becomes).
+VLLM = "vllm"
+TRANSFORMERS = "transformers"
 
 
 class EndpointPhase(StrEnum):
@@ -61,6 +68,12 @@ class ServeParams(PlanModel):
     idle_minutes: float = 0.0
     # How often the job tells the service it still serves (seconds).
     heartbeat_seconds: float = 2.0
+    # What serves it (`trainer.endpoints.engine`), the interpreter of vLLM's environment
+    # (`trainer.endpoints.vllm-python`), and vLLM's LoRA limits from the catalog entry.
+    engine: ServingEngine = "auto"
+    vllm_python: str | None = None
+    max_loras: int = 4
+    max_lora_rank: int = 64
 
 
 def endpoint_key(project: str, name: str) -> str:

@@ -73,6 +73,8 @@ class TaskProgressReport(PlanModel):
     address: str | None = None
     # The key the trainer sends with each request there (`core.serving.KEY_HEADER`).
     key: str | None = None
+    # What serves it (an endpoint's job: ``vllm`` or ``transformers``).
+    engine: str | None = None
 
 
 class TaskFinishedReport(PlanModel):

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from akka_training.blobstore import LocalBlobStore
+from akka_training.core.serving import ServeParams
 from akka_training.core.tasks import MergeParams, TaskSpec
 from akka_training.engines.tasks import TASKS
 from akka_training.engines.tasks.job import run_task
@@ -142,4 +143,33 @@ def test_an_unknown_kind_fails_naming_the_kinds_this_job_runs(
         "this job knows no task 'distill' (it runs evaluate, merge, preview, regrade, serve, "
         "verify): the cluster's akka-training is "
         "older than the service's"
+    )
+
+
+@pytest.mark.slow  # the serve task imports the training stack
+def test_an_endpoint_on_vllm_that_cannot_work_fails_saying_what_to_change(
+    store: LocalBlobStore,
+    report_server: ReportServer,
+    catalog: dict[str, dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    params = ServeParams.model_validate(
+        {"endpoint": "chat", "baseModel": pin(catalog["tiny-chat"]), "engine": "vllm"}
+    )
+    task = TaskSpec(
+        task_id="tk1",
+        kind="serve",
+        project="maths",
+        trainer_url=report_server.url,
+        storage_url=store.url,
+        params=params.to_json(),
+    )
+
+    assert run(task, report_server, tmp_path) == 1
+
+    assert report_server.kinds() == ["started", "failed"]
+    assert report_server.of("failed")[0]["message"] == (
+        "trainer.endpoints.engine is vllm, but vLLM's CPU attention does not take the head "
+        "size of tiny-chat (16); it takes 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512. "
+        "Set trainer.endpoints.engine to auto or transformers to serve it with transformers."
     )

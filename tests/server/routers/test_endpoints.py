@@ -32,6 +32,8 @@ def test_an_endpoint_is_created_queued_with_a_claim_and_deleted(api: httpx.Clien
         1,
         [],
     )
+    # Which engine serves it is known once its job says so.
+    assert body["engine"] is None
     claims = api.get("/v1/capacity").json()["claims"]
     assert [(c["for"], c["devices"]) for c in claims] == [(body["id"], 1)]
     assert [e["name"] for e in api.get("/v1/endpoints").json()] == ["chat"]

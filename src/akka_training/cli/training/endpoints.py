@@ -126,6 +126,7 @@ def _print_endpoint(e: EndpointRecord) -> None:
             ("Base model", e.base_model),
             ("Adapters", ", ".join(a.name for a in e.adapters) or "-"),
             ("Devices", f"{e.gpus} of pool {e.pool}"),
+            ("Engine", e.engine or "- (said once it starts)"),
             ("Idle after", f"{e.idle_minutes:g} minutes" if e.idle_minutes else "never"),
             ("Created", when(e.created_at)),
             *([("Failure", e.failure)] if e.failure else []),

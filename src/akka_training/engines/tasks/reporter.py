@@ -46,10 +46,11 @@ class TaskReporter:
         total: float | None = None,
         address: str | None = None,
         key: str | None = None,
+        engine: str | None = None,
     ) -> dict[str, Any]:
         """Report progress; the service's answer (a long-lived task's current `params`)."""
         report = TaskProgressReport(
-            message=message, done=done, total=total, address=address, key=key
+            message=message, done=done, total=total, address=address, key=key, engine=engine
         )
         return self._post("progress", report.to_json())
 

@@ -81,12 +81,17 @@ def create(
         )
     adapters = [_adapter(session, principal, body, ref) for ref in body.adapters]
     idle = body.idle_minutes
+    serving = ctx.settings.trainer.endpoints
     params = ServeParams(
         endpoint=body.name,
         base_model=model_pin(model),
         adapters=adapters,
         gpus=body.gpus,
-        idle_minutes=ctx.settings.trainer.endpoints.idle_minutes if idle is None else idle,
+        idle_minutes=serving.idle_minutes if idle is None else idle,
+        engine=serving.engine,
+        vllm_python=serving.vllm_python,
+        max_loras=model.max_loras,
+        max_lora_rank=model.max_lora_rank,
     )
     return record(session, _start(session, body.project, pool, params))
 
@@ -291,6 +296,7 @@ def record(session: Session, task: Task) -> EndpointRecord:
         gpus=params.gpus,
         pool=task.pool,
         idle_minutes=params.idle_minutes,
+        engine=_engine(task),
         failure=task.failure,
         created_at=task.created_at,
         started_at=task.started_at,
@@ -310,6 +316,12 @@ def phase(task: Task, claim_state: str | None) -> EndpointPhase:
     if _address(task) is None:
         return EndpointPhase.STARTING
     return EndpointPhase.READY
+
+
+def _engine(task: Task) -> str | None:
+    """The engine its job said serves it (vllm, transformers); None before it said."""
+    engine = (task.progress or {}).get("engine")
+    return str(engine) if engine else None
 
 
 def _address(task: Task) -> str | None:

@@ -184,5 +184,5 @@ def progress_view(progress: dict[str, Any] | None) -> TaskProgress | None:
     theirs)."""
     if not progress:
         return None
-    hidden = ("address", "key")
+    hidden = ("address", "key", "engine")
     return TaskProgress.model_validate({k: v for k, v in progress.items() if k not in hidden})
