@@ -161,6 +161,17 @@ def test_a_supervised_loop_is_an_interactive_run(
         result = training.forward_backward(scored, loss).result()
         assert result.metrics["loss:sum"] == pytest.approx(-targets, rel=1e-4)
 
+    # cispo and dro at ratio one, advantage one: the negative log-probabilities (cross entropy).
+    policy: list[tuple[types.LossFnType, dict[str, float] | None]] = [
+        ("cispo", None),
+        ("dro", {"beta": 0.05}),
+    ]
+    for policy_loss, loss_config in policy:
+        result = training.forward_backward(scored, policy_loss, loss_config).result()
+        assert result.metrics["loss:sum"] == pytest.approx(forward.metrics["loss:sum"], rel=1e-4)
+    with pytest.raises(tinker.RequestFailedError, match="the dro loss needs its beta"):
+        training.forward_backward(scored, "dro").result()
+
     # A custom loss runs in the client, from forward's log-probabilities: here cross entropy.
     def negative_logprobs(
         _: list[types.Datum], logprobs: list[torch.Tensor]
