@@ -7,12 +7,14 @@ import threading
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from akka_training.server.auth import Principal
 from akka_training.server.deps import Ctx, Db
 from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import tinker as service
+from akka_training.server.services import tinker_rest as rest
 
 router = APIRouter(prefix="/tinker/api/v1", route_class=SessionEndingRoute, include_in_schema=False)
 
@@ -167,3 +169,116 @@ async def asample(request: Request, ctx: Ctx, key: Key) -> Response:
 async def retrieve_future(request: Request, ctx: Ctx, key: Key) -> Response:
     body = await request.json()
     return _answer(await run_in_threadpool(service.retrieve, ctx, key, body))
+
+
+# --- RestClient ----------------------------------------------------------------------------------
+
+
+@router.get("/training_runs")
+def list_training_runs(
+    db: Db, key: Key, limit: int = 20, offset: int = 0, project_id: str | None = None
+) -> dict[str, Any]:
+    return rest.list_training_runs(db, key, limit, offset, project_id)
+
+
+@router.get("/training_runs/{run_id}")
+def get_training_run(run_id: str, db: Db, held: HeldSessions, key: Key) -> dict[str, Any]:
+    return rest.get_training_run(db, key, held, run_id)
+
+
+@router.get("/training_runs/{run_id}/checkpoints")
+def list_checkpoints(run_id: str, db: Db, held: HeldSessions, key: Key) -> dict[str, Any]:
+    return rest.list_checkpoints(db, key, held, run_id)
+
+
+@router.get("/training_runs/{run_id}/checkpoints/{checkpoint_id:path}/external_weights_urls")
+def external_weights_urls(
+    run_id: str, checkpoint_id: str, request: Request, ctx: Ctx, held: HeldSessions, key: Key
+) -> dict[str, Any]:
+    return rest.external_weights_urls(ctx, key, held, run_id, checkpoint_id, str(request.base_url))
+
+
+@router.get("/external_weights/{run_id}/{name}/files/{path:path}")
+def external_weights_file(
+    run_id: str,
+    name: str,
+    path: str,
+    ctx: Ctx,
+    held: HeldSessions,
+    expires: int = 0,
+    signature: str = "",
+) -> Response:
+    """One file of a snapshot's weights, by the signed URL `external_weights_urls` answered:
+    the signature is the key."""
+    chunks, size = rest.open_signed(ctx, held, run_id, name, path, expires, signature)
+    return StreamingResponse(
+        chunks, media_type="application/octet-stream", headers={"Content-Length": str(size)}
+    )
+
+
+@router.get("/checkpoints")
+def list_user_checkpoints(db: Db, key: Key, limit: int = 100, offset: int = 0) -> dict[str, Any]:
+    return rest.list_user_checkpoints(db, key, limit, offset)
+
+
+@router.post("/weights_info")
+async def weights_info(request: Request, db: Db, held: HeldSessions, key: Key) -> dict[str, Any]:
+    body = await request.json()
+    path = str(body.get("tinker_path", ""))
+    return await run_in_threadpool(rest.weights_info, db, key, held, path)
+
+
+@router.get("/sessions")
+def list_sessions(held: HeldSessions, key: Key, limit: int = 20, offset: int = 0) -> dict[str, Any]:
+    return rest.list_sessions(key, held, limit, offset)
+
+
+@router.get("/sessions/{session_id}")
+def get_session(session_id: str, held: HeldSessions, key: Key) -> dict[str, Any]:
+    return rest.get_session(key, held, session_id)
+
+
+# What the trainer has no counterpart for: refused with what to use instead (a 400, which the SDK
+# raises at once rather than retrying).
+
+
+@router.api_route(
+    "/training_runs/{run_id}/checkpoints/{checkpoint_id:path}/publish", methods=["POST", "DELETE"]
+)
+def publish_checkpoint(_key: Key) -> None:
+    raise rest.unsupported("publish_checkpoint")
+
+
+@router.put("/training_runs/{run_id}/checkpoints/{checkpoint_id:path}/ttl")
+def checkpoint_ttl(_key: Key) -> None:
+    raise rest.unsupported("checkpoint_ttl")
+
+
+@router.delete("/training_runs/{run_id}/checkpoints/{checkpoint_id:path}")
+def delete_checkpoint(_key: Key) -> None:
+    raise rest.unsupported("delete_checkpoint")
+
+
+@router.post("/copy_weights")
+def copy_weights(_key: Key) -> None:
+    raise rest.unsupported("copy_weights")
+
+
+@router.post("/save_weights_external")
+def save_weights_external(_key: Key) -> None:
+    raise rest.unsupported("save_weights_external")
+
+
+@router.put("/sessions/{session_id}/project")
+def assign_session_project(_key: Key) -> None:
+    raise rest.unsupported("session_project")
+
+
+@router.get("/sessions/{session_id}/trace_export")
+def trace_export(_key: Key) -> None:
+    raise rest.unsupported("trace_export")
+
+
+@router.post("/sessions/search")
+def search_sessions(_key: Key) -> None:
+    raise rest.unsupported("search_sessions")

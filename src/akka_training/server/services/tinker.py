@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import secrets
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -149,6 +150,8 @@ class Sessions:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_id: dict[str, TinkerSession] = {}
+        # Signs the download URLs this process answers (`tinker_rest.external_weights_urls`).
+        self.secret = secrets.token_bytes(32)
 
     def add(self, project: str, now: datetime) -> TinkerSession:
         made = TinkerSession(new_id("s"), project, now, now)
@@ -164,6 +167,12 @@ class Sessions:
             for found in gone:
                 found.finished = True
         return gone
+
+    def visible(self, principal: Principal) -> list[TinkerSession]:
+        """The sessions of the projects `principal` may use, newest first."""
+        with self._lock:
+            held = [s for s in self._by_id.values() if principal.can(s.project)]
+        return sorted(held, key=lambda s: s.created_at, reverse=True)
 
     def run_of(self, model_id: str) -> str:
         """The run of a model id: the run id itself, or a session's ``SESSION:train:SEQ``."""
