@@ -247,6 +247,11 @@ def test_the_rest_client_reads_runs_and_checkpoints_and_downloads_them(
     loaded = PeftModel.from_pretrained(base, str(dest))
     config = loaded.peft_config["default"]
     assert isinstance(config, LoraConfig) and config.r == 4
+    # They carry the run's tokenizer: get_tokenizer's answer for a client without the Hub.
+    text = "What is 2 + 3?"
+    expected = AutoTokenizer.from_pretrained(str(dev_models / "tiny-chat")).encode(text)
+    assert AutoTokenizer.from_pretrained(str(dest)).encode(text) == expected
+    assert training.get_info().model_data.tokenizer_id == "tiny-chat"
     # The SDK's own command downloads them so too.
     cli = subprocess.run(
         [

@@ -273,3 +273,24 @@ def test_rest_reads_refuse_what_they_cannot_answer(
     late = api.get(f"{url}&signature={good}")
     assert late.status_code == 403
     assert "This download URL has expired" in late.json()["error"]["message"]
+
+
+def test_get_info_names_the_tokenizer_by_the_catalogs_hub_name(
+    trainer: InProcessTrainer, api: httpx.Client, keys: dict[str, str]
+) -> None:
+    key = keys["maths"]
+    body = {
+        "session_id": session(api, key),
+        "model_seq_id": 0,
+        "base_model": "tiny-chat",
+        "lora_config": {"rank": 8},
+    }
+    run_id = call(api, key, "/create_model", body).json()["model_id"]
+    info = call(api, key, "/get_info", {"model_id": run_id}).json()
+    assert info["model_data"]["tokenizer_id"] == "tiny-chat"  # no Hugging Face name: its id
+    trainer.ctx.catalog = [
+        m.model_copy(update={"hub_id": "example/tiny-chat"}) if m.id == "tiny-chat" else m
+        for m in trainer.ctx.catalog
+    ]
+    info = call(api, key, "/get_info", {"model_id": run_id}).json()
+    assert info["model_data"]["tokenizer_id"] == "example/tiny-chat"

@@ -107,10 +107,12 @@ async def create_model(
 
 
 @router.post("/get_info")
-async def get_info(request: Request, db: Db, held: HeldSessions, key: Key) -> dict[str, Any]:
+async def get_info(
+    request: Request, db: Db, ctx: Ctx, held: HeldSessions, key: Key
+) -> dict[str, Any]:
     body = await request.json()
     model_id = str(body.get("model_id", ""))
-    return await run_in_threadpool(service.get_info, db, held, key, model_id)
+    return await run_in_threadpool(service.get_info, db, ctx, held, key, model_id)
 
 
 async def _submit(kind: str, request: Request, ctx: Ctx, key: Principal) -> Response:

@@ -415,17 +415,21 @@ def _run(db: Session, principal: Principal, run_id: str) -> Run:
 
 
 def get_info(
-    db: Session, sessions: Sessions, principal: Principal, model_id: str
+    db: Session, ctx: AppContext, sessions: Sessions, principal: Principal, model_id: str
 ) -> dict[str, Any]:
+    """The model's names; its tokenizer is named by the catalog's Hugging Face name where the
+    catalog gives one (so the SDK's ``get_tokenizer`` finds it on the Hub or in a local Hub
+    cache), else by its catalog id."""
     run = _run(db, principal, sessions.run_of(model_id))
     settings = InteractiveSettings.model_validate(run.settings)
+    hub = next((m.hub_id for m in ctx.catalog if m.id == settings.base_model.id), None)
     return {
         "type": "get_info",
         "model_id": model_id,
         "model_data": {
             "arch": settings.base_model.id,
             "model_name": settings.base_model.id,
-            "tokenizer_id": settings.base_model.id,
+            "tokenizer_id": hub or settings.base_model.id,
         },
         "is_lora": True,
         "lora_rank": settings.lora.rank,
