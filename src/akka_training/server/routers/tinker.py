@@ -3,6 +3,7 @@ The logic is in `server.services.tinker`; the paths and bodies are the SDK's."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Annotated, Any
 
@@ -12,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from akka_training.server.auth import Principal
 from akka_training.server.deps import Ctx, Db
+from akka_training.server.job_routing import route_async
 from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import tinker as service
 from akka_training.server.services import tinker_rest as rest
@@ -170,7 +172,13 @@ async def asample(request: Request, ctx: Ctx, key: Key) -> Response:
 @router.post("/retrieve_future")
 async def retrieve_future(request: Request, ctx: Ctx, key: Key) -> Response:
     body = await request.json()
-    return _answer(await run_in_threadpool(service.retrieve, ctx, key, body))
+    found = await run_in_threadpool(service.retrieve, ctx, key, body)
+    if isinstance(found, service.Answer):
+        return _answer(found)
+    question = json.dumps({"request_id": str(body.get("request_id", ""))}).encode()
+    answered = await route_async(found, "retrieve_future", question, service.JSON)
+    content_type = answered.headers.get("content-type", service.JSON)
+    return Response(answered.content, status_code=answered.status_code, media_type=content_type)
 
 
 # --- RestClient ----------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.plans import Execution
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal, authenticate
-from akka_training.server.job_routing import job_address, live_address, route
+from akka_training.server.job_routing import JobAddress, job_address, live_address, route
 from akka_training.server.services.plans import model_pin
 from akka_training.server.services.runs import cancel
 from akka_training.storage.ids import new_id
@@ -524,7 +524,10 @@ def _check_readable(db: Session, principal: Principal, path: str) -> Run:
     return run
 
 
-def retrieve(ctx: AppContext, principal: Principal, body: dict[str, Any]) -> Answer:
+def retrieve(ctx: AppContext, principal: Principal, body: dict[str, Any]) -> Answer | JobAddress:
+    """The answer to a ``retrieve_future`` known here (``create_model``'s, a run that ended), or
+    the address of the job to ask: the router asks it without holding a thread, since the job
+    holds the question until the result is there (`engines.tinker.api.HOLD_SECONDS`)."""
     request_id = str(body.get("request_id", ""))
     # ``RUN:SEQ`` for the run's queued work, ``RUN:sample:N`` for its samples.
     run_id, _, seq = request_id.partition(":")
@@ -540,12 +543,7 @@ def retrieve(ctx: AppContext, principal: Principal, body: dict[str, Any]) -> Ans
         address = job_address(db, run)
     if address is None:
         raise NotFound(f"There is no request {request_id!r}.")
-    answered = route(
-        address, "retrieve_future", json.dumps({"request_id": request_id}).encode(), JSON
-    )
-    return Answer(
-        answered.status_code, answered.headers.get("content-type", JSON), answered.content
-    )
+    return address
 
 
 def _ended(run: Run) -> Answer:
