@@ -87,8 +87,10 @@ def test_a_session_names_its_project_when_the_key_has_several(api: httpx.Client)
 
 
 def test_a_training_client_is_a_queued_run_of_the_project(
-    api: httpx.Client, keys: dict[str, str]
+    trainer: InProcessTrainer, api: httpx.Client, keys: dict[str, str]
 ) -> None:
+    # The question about a queued client is answered at once (no hold): nothing here starts it.
+    trainer.ctx.settings.trainer.tinker.creation_hold_seconds = 0.0
     key = keys["maths"]
     session_id = session(api, key)
     unknown = call(

@@ -3,8 +3,10 @@ The logic is in `server.services.tinker`; the paths and bodies are the SDK's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -21,6 +23,8 @@ from akka_training.server.services import tinker_rest as rest
 router = APIRouter(prefix="/tinker/api/v1", route_class=SessionEndingRoute, include_in_schema=False)
 
 _sessions_lock = threading.Lock()
+# How often a held creation question looks at its run again.
+CREATION_POLL_SECONDS = 0.25
 
 
 def sessions(request: Request) -> service.Sessions:
@@ -173,6 +177,12 @@ async def asample(request: Request, ctx: Ctx, key: Key) -> Response:
 async def retrieve_future(request: Request, ctx: Ctx, key: Key) -> Response:
     body = await request.json()
     found = await run_in_threadpool(service.retrieve, ctx, key, body)
+    # A training client being created is answered here: held (on the event loop) until it is
+    # ready or the hold ends, as the job holds the others.
+    deadline = time.monotonic() + ctx.settings.trainer.tinker.creation_hold_seconds
+    while isinstance(found, service.Answer) and found.try_again and time.monotonic() < deadline:
+        await asyncio.sleep(CREATION_POLL_SECONDS)
+        found = await run_in_threadpool(service.retrieve, ctx, key, body)
     if isinstance(found, service.Answer):
         return _answer(found)
     question = json.dumps({"request_id": str(body.get("request_id", ""))}).encode()

@@ -78,6 +78,10 @@ class Answer:
     def of(cls, body: dict[str, Any], status: int = 200) -> Answer:
         return cls(status, JSON, json.dumps(body).encode())
 
+    @property
+    def try_again(self) -> bool:
+        return self.content_type == JSON and b'"type": "try_again"' in self.body
+
 
 # --- keys -----------------------------------------------------------------------------------------
 
