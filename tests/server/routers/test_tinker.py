@@ -259,6 +259,20 @@ def test_rest_reads_refuse_what_they_cannot_answer(
     assert not_a_path.status_code == 400
     assert "is not a path of saved weights" in not_a_path.json()["error"]["message"]
     assert call(api, key, "/training_runs").json()["cursor"]["total_count"] == 0
+    body = {
+        "session_id": session(api, key),
+        "model_seq_id": 0,
+        "base_model": "tiny-chat",
+        "lora_config": {"rank": 8},
+    }
+    run_id = call(api, key, "/create_model", body).json()["model_id"]
+    (listed,) = call(api, key, "/training_runs").json()["training_runs"]
+    assert (listed["training_run_id"], listed["lora_rank"]) == (run_id, 8)
+    assert listed["user_metadata"] == {"project": "maths", "phase": "queued"}
+    assert call(api, key, f"/training_runs/{run_id}/checkpoints").json()["checkpoints"] == []
+    foreign = call(api, keys["other"], f"/training_runs/{run_id}")
+    assert foreign.status_code == 403
+    assert "has no access to project 'maths'" in foreign.json()["error"]["message"]
 
     # A download URL holds while its signature does and until it expires.
     clock = ManualClock(wall=datetime(2026, 1, 1, tzinfo=UTC))

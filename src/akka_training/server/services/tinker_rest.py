@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -37,8 +37,13 @@ URL_SECONDS = 3600
 MAX_LIMIT = 1000
 
 
+def _utc(moment: datetime) -> datetime:
+    """A stored time as UTC (SQLite gives it back without its zone)."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 def _iso(moment: datetime) -> str:
-    return moment.isoformat() if moment.tzinfo else moment.isoformat() + "+00:00"
+    return _utc(moment).isoformat()
 
 
 def _page(limit: int, offset: int) -> tuple[int, int]:
@@ -96,7 +101,7 @@ def _checkpoint(snapshot: Snapshot) -> dict[str, Any]:
 def _training_run(db: Session, run: Run) -> dict[str, Any]:
     settings = InteractiveSettings.model_validate(run.settings)
     saved = _snapshots(db, [run.id])
-    last = max([run.phase_since, *(s.created_at for s in saved)])
+    last = max([_utc(run.phase_since), *(_utc(s.created_at) for s in saved)])
     return {
         "training_run_id": run.id,
         "base_model": settings.base_model.id,
