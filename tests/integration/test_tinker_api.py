@@ -5,6 +5,9 @@ figures; another project's key cannot touch it."""
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,6 +163,16 @@ def test_a_supervised_loop_is_an_interactive_run(
     for loss in ("importance_sampling", "ppo"):
         result = training.forward_backward(scored, loss).result()
         assert result.metrics["loss:sum"] == pytest.approx(-targets, rel=1e-4)
+    # cispo and dro at ratio one, advantage one: the negative log-probabilities (cross entropy).
+    policy: list[tuple[types.LossFnType, dict[str, float] | None]] = [
+        ("cispo", None),
+        ("dro", {"beta": 0.05}),
+    ]
+    for policy_loss, loss_config in policy:
+        result = training.forward_backward(scored, policy_loss, loss_config).result()
+        assert result.metrics["loss:sum"] == pytest.approx(forward.metrics["loss:sum"], rel=1e-4)
+    with pytest.raises(tinker.RequestFailedError, match="the dro loss needs its beta"):
+        training.forward_backward(scored, "dro").result()
 
     # A custom loss runs in the client, from forward's log-probabilities: here cross entropy.
     def negative_logprobs(
@@ -191,6 +204,92 @@ def test_a_supervised_loop_is_an_interactive_run(
     loaded = PeftModel.from_pretrained(base, str(dest))
     config = loaded.peft_config["default"]
     assert isinstance(config, LoraConfig) and config.r == 8
+
+
+def test_the_rest_client_reads_runs_and_checkpoints_and_downloads_them(
+    trainer: TrainerProcess, dev_models: Path, tmp_path: Path
+) -> None:
+    api_key = key(trainer, "demo")
+    url = f"{trainer.url}/tinker"
+    service = tinker.ServiceClient(base_url=url, api_key=api_key)
+    rest = tinker.RestClient(base_url=url, api_key=api_key)
+    training = service.create_lora_training_client(base_model="tiny-chat", rank=4).result()
+    run_id = training.model_id
+    saved = training.save_state("kept").result().path
+    assert saved == f"tinker://{run_id}/weights/kept"
+
+    run = rest.get_training_run(run_id).result()
+    assert (run.training_run_id, run.base_model, run.lora_rank) == (run_id, "tiny-chat", 4)
+    assert run.last_checkpoint is not None and run.last_checkpoint.tinker_path == saved
+    assert rest.get_training_run_by_tinker_path(saved).result().training_run_id == run_id
+    listed = rest.list_training_runs(limit=100).result()
+    assert run_id in {r.training_run_id for r in listed.training_runs}
+    assert listed.cursor.total_count >= 1
+    checkpoints = rest.list_checkpoints(run_id).result().checkpoints
+    assert [(c.checkpoint_id, c.checkpoint_type) for c in checkpoints] == [
+        ("weights/kept", "training")
+    ]
+    assert saved in {c.tinker_path for c in rest.list_user_checkpoints().result().checkpoints}
+    info = rest.get_weights_info_by_tinker_path(saved).result()
+    assert (info.base_model, info.lora_rank, info.is_lora) == ("tiny-chat", 4, True)
+    assert run_id in rest.get_session(service.holder.get_session_id()).result().training_run_ids
+
+    # The snapshot's files in the Hugging Face layout, by signed URLs that need no key.
+    external = f"tinker://{run_id}/external_weights/kept"
+    files = rest.get_external_weights_urls(external).result()
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= set(files.urls)
+    dest = tmp_path / "kept"
+    dest.mkdir()
+    for name, link in files.urls.items():
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_bytes(httpx.get(link).raise_for_status().content)
+    base = AutoModelForCausalLM.from_pretrained(str(dev_models / "tiny-chat"))
+    loaded = PeftModel.from_pretrained(base, str(dest))
+    config = loaded.peft_config["default"]
+    assert isinstance(config, LoraConfig) and config.r == 4
+    # They carry the run's tokenizer: get_tokenizer's answer for a client without the Hub.
+    text = "What is 2 + 3?"
+    expected = AutoTokenizer.from_pretrained(str(dev_models / "tiny-chat")).encode(text)
+    assert AutoTokenizer.from_pretrained(str(dest)).encode(text) == expected
+    assert training.get_info().model_data.tokenizer_id == "tiny-chat"
+    # The SDK's own command downloads them so too.
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tinker.cli",
+            "checkpoint",
+            "download",
+            external,
+            "-o",
+            str(tmp_path),
+        ],
+        env={**os.environ, "TINKER_BASE_URL": url, "TINKER_API_KEY": api_key},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 0, cli.stderr
+    written = tmp_path / f"{run_id}_external_weights_kept"
+    assert (written / "adapter_model.safetensors").read_bytes() == (
+        dest / "adapter_model.safetensors"
+    ).read_bytes()
+    forged = httpx.get(next(iter(files.urls.values())).replace("signature=", "signature=0"))
+    assert forged.status_code == 403
+    assert "This download URL is not valid here" in forged.text
+
+    # Another project's key reads none of it; what the trainer has no counterpart for is refused.
+    other = tinker.RestClient(base_url=url, api_key=key(trainer, "other"))
+    with pytest.raises(tinker.PermissionDeniedError, match="has no access to project 'demo'"):
+        other.list_checkpoints(run_id).result()
+    assert run_id not in {
+        r.training_run_id for r in other.list_training_runs().result().training_runs
+    }
+    with pytest.raises(tinker.BadRequestError, match="Deleting a checkpoint is not supported"):
+        rest.delete_checkpoint_from_tinker_path(saved).result()
+    with pytest.raises(tinker.BadRequestError, match="Publishing a checkpoint is not supported"):
+        rest.publish_checkpoint_from_tinker_path(saved).result()
+    service.close("success").result()
 
 
 def test_a_key_without_the_tml_prefix_is_refused(trainer: TrainerProcess) -> None:

@@ -117,6 +117,7 @@ MEANINGS: dict[str, str] = {
     "trainer.bootstrap.admin-token": "The first admin token, given (32 characters or more): registered when the database does not hold it, never written to the home. Unset (and no file): a first start mints one into `<home>/admin-token`; a start whose database already holds an admin token mints none.",
     "trainer.bootstrap.admin-token-file": "A file holding the first admin token (a mounted Secret), instead of `admin-token`.",
     "trainer.bootstrap.write-cli-context": "Add a `local` context holding the admin token to the CLI configuration of the service's user. Turn it off where the home is no one's (a pod).",
+    "trainer.tinker.creation-hold-seconds": "How long the service holds the SDK's question about a Tinker training client being created (its run waits for devices or loads its model) before it answers try again; the SDK asks again at once, so a shorter hold busies the service. The job holds its other questions up to 5 seconds for their result.",
     "trainer.tinker.heartbeat-seconds": "A Tinker API session whose client sent no heartbeat this long ends: its training clients' runs stop and give their devices back (`docs/tinker-api.md`). The SDK sends a heartbeat every 10 seconds.",
     "trainer.testing.scripted-jobs": "Run the scripted job (it reports steps and trains nothing) instead of the engines. Tests only.",
 }

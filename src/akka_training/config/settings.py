@@ -301,6 +301,9 @@ class Tinker(_Section):
     # A Tinker session whose client sent no heartbeat this long ends: its runs stop and give
     # their devices back. The SDK sends one every 10 seconds.
     heartbeat_seconds: float = Field(60.0, ge=15)
+    # How long the service holds the question of a training client's creation (its run waits
+    # for devices or loads its model) before it answers try again: the SDK asks again at once.
+    creation_hold_seconds: float = Field(5.0, ge=0, le=30)
 
 
 class Testing(_Section):

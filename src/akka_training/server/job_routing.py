@@ -15,8 +15,8 @@ from akka_training.core.phases import TERMINAL, Phase
 from akka_training.storage.models import Attempt, Run
 
 KEY_HEADER = "X-Job-Key"
-# A job's answers are immediate (its work is queued); one that does not answer in this long is
-# gone or hung.
+# A job's answers are immediate (its work is queued), or held a few seconds for a result
+# (``retrieve_future``); one that does not answer in this long is gone or hung.
 ROUTE_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 
 _client = httpx.Client(timeout=ROUTE_TIMEOUT)
@@ -70,6 +70,25 @@ def route(
             content=body,
             headers={KEY_HEADER: address.key, "Content-Type": content_type, **(headers or {})},
         )
+    except httpx.HTTPError as exc:
+        raise ServiceUnavailable(
+            f"The run's job did not answer ({type(exc).__name__}); if the run has failed, "
+            "`akka training runs get` says why."
+        ) from None
+
+
+async def route_async(
+    address: JobAddress, path: str, body: bytes, content_type: str
+) -> httpx.Response:
+    """`route`, on the event loop: for the questions a job holds until their answer is there,
+    which would otherwise hold one of the service's threads each."""
+    try:
+        async with httpx.AsyncClient(timeout=ROUTE_TIMEOUT) as client:
+            return await client.post(
+                address.url.rstrip("/") + "/" + path.lstrip("/"),
+                content=body,
+                headers={KEY_HEADER: address.key, "Content-Type": content_type},
+            )
     except httpx.HTTPError as exc:
         raise ServiceUnavailable(
             f"The run's job did not answer ({type(exc).__name__}); if the run has failed, "

@@ -21,7 +21,8 @@ def test_requests_run_in_seq_order_and_futures_answer_when_done() -> None:
         return Result(JSON, b'{"ok": 1}')
 
     queue = RequestQueue("run1", runner)
-    api = JobApi(queue, "secret").start()
+    # Questions answered at once (no long poll): the test sees each try_again.
+    api = JobApi(queue, "secret", hold=0.0).start()
     try:
         with httpx.Client(base_url=api.url, headers={"X-Job-Key": "secret"}) as client:
             # The second request arrives first: it waits for the first.
@@ -71,3 +72,45 @@ def test_a_failed_request_answers_its_error_and_the_queue_goes_on() -> None:
         "category": "user",
     }
     queue.stop()
+
+
+def test_a_question_about_a_running_request_waits_for_its_result() -> None:
+    """The SDK asks again as soon as it is told to try again: the job holds the question until
+    the result is there (up to its hold), so the asking does not busy the host."""
+    release = threading.Event()
+
+    def runner(work: Work) -> Result:
+        release.wait(timeout=60)
+        return Result(JSON, b'{"ok": 1}')
+
+    asked = threading.Event()
+
+    class Watched(RequestQueue):
+        def result(self, request_id: str, wait: float = 0.0) -> Result | None:
+            asked.set()
+            return super().result(request_id, wait)
+
+    queue = Watched("run1", runner)
+    api = JobApi(queue, "secret", hold=60.0).start()
+    server = threading.Thread(target=queue.serve, kwargs={"poll": 0.05}, daemon=True)
+    server.start()
+    answers: list[dict[str, int]] = []
+    try:
+        with httpx.Client(base_url=api.url, headers={"X-Job-Key": "secret"}, timeout=90) as client:
+            client.post("/forward_backward", content=b"", headers={"X-Seq-Id": "1"})
+            asking = threading.Thread(
+                target=lambda: answers.append(
+                    client.post("/retrieve_future", json={"request_id": "run1:1"}).json()
+                )
+            )
+            asking.start()
+            until(asked.is_set, what="the question to reach the job")
+            release.set()
+            asking.join(timeout=60)
+            # One question, one answer: the result, never a try_again.
+            assert answers == [{"ok": 1}]
+            client.post("/shutdown", content=b"{}")
+            server.join(timeout=5)
+    finally:
+        release.set()
+        api.close()

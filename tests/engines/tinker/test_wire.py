@@ -59,9 +59,44 @@ def test_the_losses_are_sums_over_target_tokens() -> None:
     higher = {"logprobs": logprobs - 1.0, "advantages": torch.tensor([1.0, 1.0])}
     clipped = elementwise_loss("ppo", logprobs, higher, {"clip_high_threshold": 1.2})
     assert clipped.tolist() == pytest.approx([-1.2, -1.2])
-    with pytest.raises(LossError, match="the loss 'dro' is not supported here"):
-        elementwise_loss("dro", logprobs, same, {})
+    with pytest.raises(LossError, match="the loss 'dpo' is not supported here"):
+        elementwise_loss("dpo", logprobs, same, {})
     with pytest.raises(
         LossError, match=r"the ppo loss needs loss_fn_inputs\['logprobs'\] in every datum"
     ):
         elementwise_loss("ppo", logprobs, weights, {})
+
+
+def test_cispo_weighs_each_tokens_gradient_by_its_clipped_ratio() -> None:
+    # Ratios e^1 ~ 2.718 (inside the default [0, 4]) and e^2 ~ 7.389 (clipped to 4).
+    logprobs = torch.tensor([-1.0, -1.0], requires_grad=True)
+    inputs = {"logprobs": torch.tensor([-2.0, -3.0]), "advantages": torch.tensor([1.0, 0.5])}
+    loss = elementwise_loss("cispo", logprobs, inputs, {})
+    e = float(np.exp(1.0))
+    # -ratio * logprob * advantage: -(e)(-1)(1) = e; -(4)(-1)(0.5) = 2.
+    assert loss.tolist() == pytest.approx([e, 2.0])
+    loss.sum().backward()
+    # The clipped ratio has no gradient: d/dlogprob = -ratio * advantage.
+    assert logprobs.grad is not None
+    assert logprobs.grad.tolist() == pytest.approx([-e, -2.0])
+    narrower = elementwise_loss(
+        "cispo", logprobs, inputs, {"clip_low_threshold": 0.5, "clip_high_threshold": 2.0}
+    )
+    assert narrower.tolist() == pytest.approx([2.0, 1.0])
+
+
+def test_dro_is_the_advantage_less_a_quadratic_penalty() -> None:
+    logprobs = torch.tensor([-1.0, -2.0], requires_grad=True)
+    inputs = {"logprobs": torch.tensor([-1.5, -1.0]), "advantages": torch.tensor([2.0, -1.0])}
+    loss = elementwise_loss("dro", logprobs, inputs, {"beta": 0.1})
+    # -(logprob * advantage - beta/2 * (logprob - sampled)^2):
+    # -(-2 - 0.05 * 0.25) = 2.0125; -(2 - 0.05 * 1) = -1.95.
+    assert loss.tolist() == pytest.approx([2.0125, -1.95])
+    loss.sum().backward()
+    # d/dlogprob = -advantage + beta * (logprob - sampled): -2 + 0.05; 1 - 0.1.
+    assert logprobs.grad is not None
+    assert logprobs.grad.tolist() == pytest.approx([-1.95, 0.9])
+    with pytest.raises(
+        LossError, match=r"the dro loss needs its beta: pass loss_fn_config=\{'beta': 0.05\}"
+    ):
+        elementwise_loss("dro", logprobs, inputs, {})

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from akka_training.core.clock import ManualClock
 from akka_training.server.services import tinker as service
+from akka_training.server.services import tinker_rest as rest
 from akka_training.storage.models import Event
 from akka_training.testing.app import InProcessTrainer
 
@@ -86,8 +87,10 @@ def test_a_session_names_its_project_when_the_key_has_several(api: httpx.Client)
 
 
 def test_a_training_client_is_a_queued_run_of_the_project(
-    api: httpx.Client, keys: dict[str, str]
+    trainer: InProcessTrainer, api: httpx.Client, keys: dict[str, str]
 ) -> None:
+    # The question about a queued client is answered at once (no hold): nothing here starts it.
+    trainer.ctx.settings.trainer.tinker.creation_hold_seconds = 0.0
     key = keys["maths"]
     session_id = session(api, key)
     unknown = call(
@@ -218,3 +221,92 @@ def test_a_session_without_heartbeats_gives_its_devices_back(
         f"Tinker session {session_id} sent no heartbeat for 60 s" in message for message in events
     )
     assert call(api, key, "/session_heartbeat", {"session_id": session_id}).status_code == 410
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "words"),
+    [
+        ("DELETE", "/training_runs/r1/checkpoints/weights/a", "Deleting a checkpoint is not"),
+        ("POST", "/training_runs/r1/checkpoints/weights/a/publish", "Publishing a checkpoint"),
+        ("DELETE", "/training_runs/r1/checkpoints/weights/a/publish", "Publishing a checkpoint"),
+        ("PUT", "/training_runs/r1/checkpoints/weights/a/ttl", "Checkpoint TTLs are not"),
+        ("POST", "/copy_weights", "Copying weights between projects is not supported"),
+        ("POST", "/save_weights_external", "save_weights_external is not supported"),
+        ("PUT", "/sessions/s1/project", "Moving a session to another project is not"),
+        ("GET", "/sessions/s1/trace_export", "Session traces are not supported"),
+        ("POST", "/sessions/search", "Searching sessions is not supported"),
+    ],
+)
+def test_what_the_trainer_has_no_counterpart_for_is_refused(
+    api: httpx.Client, keys: dict[str, str], method: str, path: str, words: str
+) -> None:
+    refused = api.request(method, BASE + path, headers={"X-API-Key": keys["maths"]}, json={})
+    assert refused.status_code == 400
+    assert words in refused.json()["error"]["message"]
+
+
+def test_rest_reads_refuse_what_they_cannot_answer(
+    trainer: InProcessTrainer, api: httpx.Client, keys: dict[str, str]
+) -> None:
+    key = keys["maths"]
+    missing = call(api, key, "/training_runs/nope")
+    assert missing.status_code == 404
+    assert "There is no training run 'nope' on this trainer" in missing.json()["error"]["message"]
+    paged = call(api, key, "/training_runs?limit=0")
+    assert paged.status_code == 400
+    assert "limit is 1 to 1000 and offset 0 or more" in paged.json()["error"]["message"]
+    not_a_path = call(api, key, "/weights_info", {"tinker_path": "tinker://r1/sampler_weights/a"})
+    assert not_a_path.status_code == 400
+    assert "is not a path of saved weights" in not_a_path.json()["error"]["message"]
+    assert call(api, key, "/training_runs").json()["cursor"]["total_count"] == 0
+    body = {
+        "session_id": session(api, key),
+        "model_seq_id": 0,
+        "base_model": "tiny-chat",
+        "lora_config": {"rank": 8},
+    }
+    run_id = call(api, key, "/create_model", body).json()["model_id"]
+    (listed,) = call(api, key, "/training_runs").json()["training_runs"]
+    assert (listed["training_run_id"], listed["lora_rank"]) == (run_id, 8)
+    assert listed["user_metadata"] == {"project": "maths", "phase": "queued"}
+    assert call(api, key, f"/training_runs/{run_id}/checkpoints").json()["checkpoints"] == []
+    foreign = call(api, keys["other"], f"/training_runs/{run_id}")
+    assert foreign.status_code == 403
+    assert "has no access to project 'maths'" in foreign.json()["error"]["message"]
+
+    # A download URL holds while its signature does and until it expires.
+    clock = ManualClock(wall=datetime(2026, 1, 1, tzinfo=UTC))
+    trainer.ctx.clock = clock
+    session(api, key)
+    held: service.Sessions = trainer.app.state.tinker_sessions
+    expires = int(clock.now().timestamp()) + 60
+    good = rest.sign(held.secret, "r1", "a", "adapter_config.json", expires)
+    url = f"{BASE}/external_weights/r1/a/files/adapter_config.json?expires={expires}"
+    forged = api.get(f"{url}&signature={'0' * len(good)}")
+    assert forged.status_code == 403
+    assert "This download URL is not valid here" in forged.json()["error"]["message"]
+    clock.advance(61)
+    late = api.get(f"{url}&signature={good}")
+    assert late.status_code == 403
+    assert "This download URL has expired" in late.json()["error"]["message"]
+
+
+def test_get_info_names_the_tokenizer_by_the_catalogs_hub_name(
+    trainer: InProcessTrainer, api: httpx.Client, keys: dict[str, str]
+) -> None:
+    key = keys["maths"]
+    body = {
+        "session_id": session(api, key),
+        "model_seq_id": 0,
+        "base_model": "tiny-chat",
+        "lora_config": {"rank": 8},
+    }
+    run_id = call(api, key, "/create_model", body).json()["model_id"]
+    info = call(api, key, "/get_info", {"model_id": run_id}).json()
+    assert info["model_data"]["tokenizer_id"] == "tiny-chat"  # no Hugging Face name: its id
+    trainer.ctx.catalog = [
+        m.model_copy(update={"hub_id": "example/tiny-chat"}) if m.id == "tiny-chat" else m
+        for m in trainer.ctx.catalog
+    ]
+    info = call(api, key, "/get_info", {"model_id": run_id}).json()
+    assert info["model_data"]["tokenizer_id"] == "example/tiny-chat"

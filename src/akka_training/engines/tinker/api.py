@@ -5,7 +5,9 @@ A request that does work (``forward_backward``, ``optim_step``, ``save_weights``
 ``load_weights``, ``save_weights_for_sampler``) is queued under its ``seq_id`` and answered at once with its request id
 (``RUN:SEQ``); the job runs the queue in ``seq_id`` order, whatever order the requests arrived
 in, one at a time, on the thread that calls `RequestQueue.serve`. ``retrieve_future`` answers the
-result, or ``try_again`` while the request waits or runs. A ``sample`` is not queued: it runs on
+result, or ``try_again`` while the request waits or runs: it holds the question up to
+`HOLD_SECONDS` for the result first (a long poll), because the SDK asks again at once, and
+questions answered at once would keep the host's cores busy beside the request they wait for. A ``sample`` is not queued: it runs on
 the sampler beside the queue (`sampler.Sampler`), under a request id of its own. The server itself is small on purpose:
 its requests are routed and authenticated by the service, so it binds the loopback address of
 the node and checks one key (``X-Job-Key``)."""
@@ -16,6 +18,7 @@ import hmac
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
@@ -28,6 +31,8 @@ log = logging.getLogger("akka_training.tinker")
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 KEY_HEADER = "X-Job-Key"
+# How long a retrieve_future waits for its result before it answers try_again.
+HOLD_SECONDS = 5.0
 WORK = (
     "forward_backward",
     "optim_step",
@@ -92,9 +97,16 @@ class RequestQueue:
                 self._cond.notify_all()
         return self.request_id(work.seq_id)
 
-    def result(self, request_id: str) -> Result | None:
-        """The result, or None while the request waits or runs."""
+    def result(self, request_id: str, wait: float = 0.0) -> Result | None:
+        """The result, or None while the request waits or runs after `wait` seconds (or once
+        the queue stops)."""
+        deadline = time.monotonic() + wait
         with self._cond:
+            while request_id not in self._results and not self._stopped:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
             return self._results.get(request_id)
 
     def known(self, request_id: str) -> bool:
@@ -151,10 +163,12 @@ class JobApi:
         key: str,
         host: str = "127.0.0.1",
         samples: Samples | None = None,
+        hold: float = HOLD_SECONDS,
     ) -> None:
         self.queue = queue
         self.samples = samples
         self.key = key
+        self.hold = hold
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -213,7 +227,7 @@ class JobApi:
                     return 200, self.samples.result(request_id) or try_again(request_id)
                 if not self.queue.known(request_id):
                     return 404, failed(f"there is no request {request_id!r}")
-                return 200, self.queue.result(request_id) or try_again(request_id)
+                return 200, self.queue.result(request_id, self.hold) or try_again(request_id)
             if kind == "shutdown":
                 self.queue.stop()
                 return 200, Result(JSON, b"{}")

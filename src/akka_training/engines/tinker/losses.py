@@ -4,7 +4,14 @@ the Tinker API defines them), from the model's log-probabilities of the target t
 - ``cross_entropy``: ``-weights * logprobs``;
 - ``importance_sampling``: ``-exp(logprobs - sampling_logprobs) * advantages``;
 - ``ppo``: the clipped objective, the ratio clipped to ``[clip_low_threshold,
-  clip_high_threshold]`` (default 0.8 and 1.2).
+  clip_high_threshold]`` (default 0.8 and 1.2);
+- ``cispo``: ``-sg(clip(ratio)) * logprobs * advantages``: the ratio, clipped to
+  ``[clip_low_threshold, clip_high_threshold]`` (default 0 and 4) and with no gradient of its
+  own, weighs the policy gradient of every token;
+- ``dro``: ``-(logprobs * advantages - beta / 2 * (logprobs - sampling_logprobs) ** 2)``, with
+  ``beta`` from ``loss_fn_config`` (the Tinker docs give it no default, so it is required).
+
+``sampling_logprobs`` are the datum's ``loss_fn_inputs['logprobs']``.
 """
 
 from __future__ import annotations
@@ -13,7 +20,10 @@ from collections.abc import Mapping
 
 import torch
 
-LOSSES = ("cross_entropy", "importance_sampling", "ppo")
+LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
+
+# The clip thresholds when loss_fn_config gives none, by loss.
+CLIPS = {"ppo": (0.8, 1.2), "cispo": (0.0, 4.0)}
 
 
 class LossError(ValueError):
@@ -26,6 +36,14 @@ def _input(inputs: Mapping[str, torch.Tensor], name: str, loss: str) -> torch.Te
     return inputs[name]
 
 
+def _clip(loss: str, config: Mapping[str, float | str]) -> tuple[float, float]:
+    low, high = CLIPS[loss]
+    return (
+        float(config.get("clip_low_threshold", low)),
+        float(config.get("clip_high_threshold", high)),
+    )
+
+
 def elementwise_loss(
     loss: str,
     logprobs: torch.Tensor,
@@ -36,17 +54,25 @@ def elementwise_loss(
     if loss == "cross_entropy":
         weights = inputs.get("weights")
         return -(logprobs if weights is None else logprobs * weights)
-    if loss in ("importance_sampling", "ppo"):
-        sampled = _input(inputs, "logprobs", loss)
-        advantages = _input(inputs, "advantages", loss)
-        ratio = torch.exp(logprobs - sampled)
-        if loss == "importance_sampling":
-            return -ratio * advantages
-        low = float(config.get("clip_low_threshold", 0.8))
-        high = float(config.get("clip_high_threshold", 1.2))
-        clipped = torch.clamp(ratio, low, high)
-        return -torch.minimum(ratio * advantages, clipped * advantages)
-    raise LossError(
-        f"the loss {loss!r} is not supported here; use one of {', '.join(LOSSES)}, or "
-        "forward_backward_custom"
-    )
+    if loss not in LOSSES:
+        raise LossError(
+            f"the loss {loss!r} is not supported here; use one of {', '.join(LOSSES)}, or "
+            "forward_backward_custom"
+        )
+    sampled = _input(inputs, "logprobs", loss)
+    advantages = _input(inputs, "advantages", loss)
+    if loss == "dro":
+        if "beta" not in config:
+            raise LossError(
+                "the dro loss needs its beta: pass loss_fn_config={'beta': 0.05} (or your value)"
+            )
+        beta = float(config["beta"])
+        return -(logprobs * advantages - 0.5 * beta * (logprobs - sampled) ** 2)
+    ratio = torch.exp(logprobs - sampled)
+    if loss == "importance_sampling":
+        return -ratio * advantages
+    low, high = _clip(loss, config)
+    clipped = torch.clamp(ratio, low, high)
+    if loss == "cispo":
+        return -clipped.detach() * logprobs * advantages
+    return -torch.minimum(ratio * advantages, clipped * advantages)

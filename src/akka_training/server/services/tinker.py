@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import secrets
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -47,7 +48,7 @@ from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.plans import Execution
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal, authenticate
-from akka_training.server.job_routing import job_address, live_address, route
+from akka_training.server.job_routing import JobAddress, job_address, live_address, route
 from akka_training.server.services.plans import model_pin
 from akka_training.server.services.runs import cancel
 from akka_training.storage.ids import new_id
@@ -76,6 +77,10 @@ class Answer:
     @classmethod
     def of(cls, body: dict[str, Any], status: int = 200) -> Answer:
         return cls(status, JSON, json.dumps(body).encode())
+
+    @property
+    def try_again(self) -> bool:
+        return self.content_type == JSON and b'"type": "try_again"' in self.body
 
 
 # --- keys -----------------------------------------------------------------------------------------
@@ -149,6 +154,8 @@ class Sessions:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_id: dict[str, TinkerSession] = {}
+        # Signs the download URLs this process answers (`tinker_rest.external_weights_urls`).
+        self.secret = secrets.token_bytes(32)
 
     def add(self, project: str, now: datetime) -> TinkerSession:
         made = TinkerSession(new_id("s"), project, now, now)
@@ -164,6 +171,12 @@ class Sessions:
             for found in gone:
                 found.finished = True
         return gone
+
+    def visible(self, principal: Principal) -> list[TinkerSession]:
+        """The sessions of the projects `principal` may use, newest first."""
+        with self._lock:
+            held = [s for s in self._by_id.values() if principal.can(s.project)]
+        return sorted(held, key=lambda s: s.created_at, reverse=True)
 
     def run_of(self, model_id: str) -> str:
         """The run of a model id: the run id itself, or a session's ``SESSION:train:SEQ``."""
@@ -406,17 +419,21 @@ def _run(db: Session, principal: Principal, run_id: str) -> Run:
 
 
 def get_info(
-    db: Session, sessions: Sessions, principal: Principal, model_id: str
+    db: Session, ctx: AppContext, sessions: Sessions, principal: Principal, model_id: str
 ) -> dict[str, Any]:
+    """The model's names; its tokenizer is named by the catalog's Hugging Face name where the
+    catalog gives one (so the SDK's ``get_tokenizer`` finds it on the Hub or in a local Hub
+    cache), else by its catalog id."""
     run = _run(db, principal, sessions.run_of(model_id))
     settings = InteractiveSettings.model_validate(run.settings)
+    hub = next((m.hub_id for m in ctx.catalog if m.id == settings.base_model.id), None)
     return {
         "type": "get_info",
         "model_id": model_id,
         "model_data": {
             "arch": settings.base_model.id,
             "model_name": settings.base_model.id,
-            "tokenizer_id": settings.base_model.id,
+            "tokenizer_id": hub or settings.base_model.id,
         },
         "is_lora": True,
         "lora_rank": settings.lora.rank,
@@ -511,7 +528,10 @@ def _check_readable(db: Session, principal: Principal, path: str) -> Run:
     return run
 
 
-def retrieve(ctx: AppContext, principal: Principal, body: dict[str, Any]) -> Answer:
+def retrieve(ctx: AppContext, principal: Principal, body: dict[str, Any]) -> Answer | JobAddress:
+    """The answer to a ``retrieve_future`` known here (``create_model``'s, a run that ended), or
+    the address of the job to ask: the router asks it without holding a thread, since the job
+    holds the question until the result is there (`engines.tinker.api.HOLD_SECONDS`)."""
     request_id = str(body.get("request_id", ""))
     # ``RUN:SEQ`` for the run's queued work, ``RUN:sample:N`` for its samples.
     run_id, _, seq = request_id.partition(":")
@@ -527,12 +547,7 @@ def retrieve(ctx: AppContext, principal: Principal, body: dict[str, Any]) -> Ans
         address = job_address(db, run)
     if address is None:
         raise NotFound(f"There is no request {request_id!r}.")
-    answered = route(
-        address, "retrieve_future", json.dumps({"request_id": request_id}).encode(), JSON
-    )
-    return Answer(
-        answered.status_code, answered.headers.get("content-type", JSON), answered.content
-    )
+    return address
 
 
 def _ended(run: Run) -> Answer:
