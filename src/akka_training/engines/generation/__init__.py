@@ -1,9 +1,10 @@
 """The one generation engine: a base model loaded once, several LoRA adapters held on it by
 name, and batched generation for requests that each name their adapter (or the base).
 
-Serving (the endpoint job) and the sampling API share it. The types a caller passes and gets
-back live in `schema` and import no training stack; the engine (`engine.GenerationEngine`, with
-transformers and PEFT) and its request queue (`batcher.Batcher`) load it.
+Serving (the endpoint job), the sampling API and evaluations share it. The types a caller
+passes and gets back live in `schema` and import no training stack; the engine
+(`engine.GenerationEngine`, with transformers and PEFT) and its request queue
+(`batcher.Batcher`) load it.
 """
 
 from akka_training.engines.generation.schema import (

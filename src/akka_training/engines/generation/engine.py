@@ -48,12 +48,17 @@ class GenerationEngine:
         device: str = "cpu",
         dtype: torch.dtype | None = None,
         model: torch.nn.Module | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> None:
         """`model`: the base model, already loaded on `device` (a job that holds it shares its
-        weights rather than loading them twice); without it, the model is loaded from `base`."""
+        weights rather than loading them twice); without it, the model is loaded from `base`.
+        `tokenizer`: the one prompts were encoded with and completions are decoded with (a
+        run's own, saved with its adapter); without it, the base model's."""
         self.base_path = base
         self.device = torch.device(device)
-        self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(base))
+        self.tokenizer: PreTrainedTokenizerBase = tokenizer or AutoTokenizer.from_pretrained(
+            str(base)
+        )
         self._base: torch.nn.Module = model or AutoModelForCausalLM.from_pretrained(
             str(base), dtype=dtype or torch.float32, device_map=str(self.device)
         )
@@ -194,6 +199,7 @@ class GenerationEngine:
                 position_ids=positions,
                 cache=cache,
                 use_cache=True,
+                logits_to_keep=1,  # the next token's logits only, not the whole prompt's
                 **extra,
             )
             cache = out.cache

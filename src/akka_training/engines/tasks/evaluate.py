@@ -5,13 +5,18 @@ scored sample goes to the blob store as JSONL and the metrics, each with its 95%
 are the task's result (`core.evaluations`). The job publishes its metrics and spans (load,
 generate, score, save) as `telemetry.evaluation_metrics` describes.
 
-Generation decodes greedily at temperature 0 and samples otherwise, seeded by the plan.
+Generation runs through the one generation engine (`engines.generation`): the base model once,
+the run's adapter held on it by name, and the prompts answered in batches of prompts of like
+length (`batches`) rather than one `generate` a row. It decodes greedily at temperature 0 and
+samples otherwise, each sample from its own generator, seeded from the plan's seed and its
+position (row and sample), so a sampled evaluation repeats whatever its batches.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,7 @@ from akka_training.core.evaluations import (
     REWARD_KINDS,
     EvaluateParams,
     EvaluationResult,
+    Generation,
     LossMetric,
     MetricValue,
     PassAtKMetric,
@@ -33,6 +39,8 @@ from akka_training.core.evaluations import (
 from akka_training.engines.bundles import BundleResolver
 from akka_training.engines.data import RlRow, preference_examples, read_rows, rl_rows
 from akka_training.engines.failures import DataError, SourceUnavailable
+from akka_training.engines.generation import BASE, GenerationRequest, SamplingParams
+from akka_training.engines.generation.engine import GenerationEngine
 from akka_training.engines.model_cache import local_model
 from akka_training.engines.snapshots import download_adapter
 from akka_training.engines.tasks.context import TaskContext, TaskError
@@ -47,6 +55,13 @@ from akka_training.telemetry.placement import namespace_name
 from akka_training.telemetry.tracing import job_traceparent
 
 log = logging.getLogger(__name__)
+
+# The most completions one batch generates, and the most tokens (each completion's prompt and
+# its longest answer) it holds: the memory of a batch's cache is bounded by the second.
+BATCH_COMPLETIONS = 64
+BATCH_TOKENS = 65536
+# The name the evaluated adapter is held under in the engine.
+ADAPTER = "evaluated"
 
 
 def evaluate(task: TaskContext) -> dict[str, Any]:
@@ -93,23 +108,26 @@ def _evaluate(
     try:
         with telemetry.phase("load"):
             task.progress(f"loading the base model {params.base_model.id}")
-            tokenizer, model = _load(task, params)
+            tokenizer, engine, adapter = _load_engine(task, params)
 
         wants_loss = any(isinstance(m, LossMetric) for m in params.metrics)
-        generated: list[list[tuple[str, int, str]]] = []
-        row_losses: list[float | None] = []
+        generated: list[list[tuple[str, int, str]]] = [[] for _ in rows]
         with telemetry.phase("generate"):
-            for number, row in enumerate(rows):
-                task.progress("generating", number, len(rows))
-                completions = _generate(tokenizer, model, row, params)
-                generated.append(completions)
-                telemetry.generated(tokens for _, tokens, _ in completions)
-                row_losses.append(
-                    _loss(tokenizer, model, row)
-                    if wants_loss and row.expected is not None
-                    else None
-                )
-            task.progress("generating", len(rows), len(rows))
+            task.progress("generating", 0, len(rows))
+            prompts = [_encode_prompt(tokenizer, row.prompt) for row in rows]
+            done = 0
+            for answered in generate(engine, adapter, prompts, params.generation, params.seed):
+                for number, completions in answered:
+                    generated[number] = completions
+                    telemetry.generated(tokens for _, tokens, _ in completions)
+                done += len(answered)
+                task.progress("generating", done, len(rows))
+            row_losses = [
+                _loss(tokenizer, engine, adapter, prompt, row.expected)
+                if wants_loss and row.expected is not None
+                else None
+                for prompt, row in zip(prompts, rows, strict=True)
+            ]
 
         with telemetry.phase("score"):
             samples = _scored(task, scorer, rows, generated, row_losses, telemetry)
@@ -241,6 +259,40 @@ def _metric(
 
 
 def _load(task: TaskContext, params: EvaluateParams) -> tuple[Any, Any]:
+    """The tokenizer and the model, with the adapter to evaluate on it (the preference
+    evaluation's log-probabilities)."""
+    _, tokenizer, model = _load_base(task, params)
+    adapter = _fetch_adapter(task, params)
+    if adapter is not None:
+        model = PeftModel.from_pretrained(model, str(adapter))
+    model = model.to(_device())
+    model.eval()
+    return tokenizer, model
+
+
+def _load_engine(task: TaskContext, params: EvaluateParams) -> tuple[Any, GenerationEngine, str]:
+    """The tokenizer, the generation engine over the base model, and the name of what is
+    evaluated in it: the adapter it holds, or `BASE`."""
+    path, tokenizer, model = _load_base(task, params)
+    device = _device()
+    model = model.to(device)
+    model.eval()
+    engine = GenerationEngine(path, device=device, model=model, tokenizer=tokenizer)
+    adapter = _fetch_adapter(task, params)
+    if adapter is None:
+        return tokenizer, engine, BASE
+    engine.add_adapter(ADAPTER, adapter)
+    return tokenizer, engine, ADAPTER
+
+
+def _device() -> str:
+    # Its claim's devices (the backend shows the job only those); none: the CPUs.
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load_base(task: TaskContext, params: EvaluateParams) -> tuple[Path, Any, Any]:
+    """The base model's directory, the tokenizer (the source run's, where it saved one) and
+    the base model, on the CPU."""
     base = params.base_model
     path = local_model(base.path, task.spec.storage_s3)
     if not (Path(path) / "config.json").is_file():
@@ -254,18 +306,17 @@ def _load(task: TaskContext, params: EvaluateParams) -> tuple[Any, Any]:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokenizer.padding_side = "left"
     model: Any = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
-    if params.adapter is not None:
-        task.progress("fetching the adapter")
-        try:
-            adapter = download_adapter(task.store, params.adapter, task.workdir / "adapter")
-        except SourceUnavailable as exc:
-            raise TaskError(f"the adapter to evaluate could not be read: {exc}") from exc
-        model = PeftModel.from_pretrained(model, str(adapter))
-    if torch.cuda.is_available():
-        # Its claim's devices (the backend shows the job only those); none: the CPUs.
-        model = model.to("cuda")
-    model.eval()
-    return tokenizer, model
+    return Path(path), tokenizer, model
+
+
+def _fetch_adapter(task: TaskContext, params: EvaluateParams) -> Path | None:
+    if params.adapter is None:
+        return None
+    task.progress("fetching the adapter")
+    try:
+        return download_adapter(task.store, params.adapter, task.workdir / "adapter")
+    except SourceUnavailable as exc:
+        raise TaskError(f"the adapter to evaluate could not be read: {exc}") from exc
 
 
 def _encode_prompt(tokenizer: Any, prompt: list[dict[str, Any]] | str) -> list[int]:
@@ -278,50 +329,70 @@ def _encode_prompt(tokenizer: Any, prompt: list[dict[str, Any]] | str) -> list[i
     return list(encoded)
 
 
-def _generate(
-    tokenizer: Any, model: Any, row: RlRow, params: EvaluateParams
-) -> list[tuple[str, int, str]]:
-    """(text, tokens, finish reason) of each sample of `row`'s prompt."""
-    generation = params.generation
-    ids = torch.tensor([_encode_prompt(tokenizer, row.prompt)], device=model.device)
-    sampling: dict[str, Any] = (
-        {"do_sample": True, "temperature": generation.temperature}
-        if generation.temperature > 0
-        else {"do_sample": False}
-    )
-    eos = tokenizer.eos_token_id
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=generation.max_completion_tokens,
-            num_return_sequences=generation.samples_per_prompt,
-            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos,
-            **sampling,
-        )
-    completions = []
-    for sequence in out[:, ids.shape[1] :].tolist():
-        finish = "length"
-        if eos is not None and eos in sequence:
-            sequence = sequence[: sequence.index(eos)]
-            finish = "stop"
-        text = tokenizer.decode(sequence, skip_special_tokens=True).strip()
-        completions.append((text, len(sequence), finish))
-    return completions
+def batches(prompt_lengths: Sequence[int], per_prompt: int, max_tokens: int) -> Iterator[list[int]]:
+    """The prompts' positions in the batches they are generated in: longest prompts first (a
+    batch too big for the device fails at once, not at the end), prompts of like length
+    together (little padding), each batch within `BATCH_COMPLETIONS` completions and
+    `BATCH_TOKENS` tokens, and never empty."""
+    order = sorted(range(len(prompt_lengths)), key=lambda i: -prompt_lengths[i])
+    batch: list[int] = []
+    for i in order:
+        longest = prompt_lengths[batch[0]] if batch else prompt_lengths[i]
+        completions = (len(batch) + 1) * per_prompt
+        if batch and (
+            completions > BATCH_COMPLETIONS or completions * (longest + max_tokens) > BATCH_TOKENS
+        ):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
 
 
-def _loss(tokenizer: Any, model: Any, row: RlRow) -> float:
+def generate(
+    engine: GenerationEngine,
+    adapter: str,
+    prompts: Sequence[Sequence[int]],
+    generation: Generation,
+    seed: int,
+) -> Iterator[list[tuple[int, list[tuple[str, int, str]]]]]:
+    """Each batch's prompts as they are answered: a prompt's position and the (text, tokens,
+    finish reason) of each of its `samplesPerPrompt` samples, under `adapter` (`BASE`: the base
+    model). Sample j of prompt i is seeded with ``seed + i * samplesPerPrompt + j``."""
+    per_prompt = generation.samples_per_prompt
+    for batch in batches([len(p) for p in prompts], per_prompt, generation.max_completion_tokens):
+        requests = [
+            GenerationRequest(
+                tuple(prompts[i]),
+                adapter,
+                SamplingParams(
+                    max_tokens=generation.max_completion_tokens,
+                    temperature=generation.temperature,
+                    seed=seed + i * per_prompt,
+                    n=per_prompt,
+                ),
+            )
+            for i in batch
+        ]
+        results = engine.generate(requests)
+        yield [
+            (i, [(c.text.strip(), len(c.token_ids), c.finish_reason) for c in result.completions])
+            for i, result in zip(batch, results, strict=True)
+        ]
+
+
+def _loss(
+    tokenizer: Any, engine: GenerationEngine, adapter: str, prompt: list[int], expected: str
+) -> float:
     """The mean token loss of the expected answer (and the end of the turn) after the prompt."""
-    assert row.expected is not None
-    prompt = _encode_prompt(tokenizer, row.prompt)
-    answer = tokenizer(row.expected, add_special_tokens=False)["input_ids"]
+    answer: list[int] = tokenizer(expected, add_special_tokens=False)["input_ids"]
     if tokenizer.eos_token_id is not None:
         answer = [*answer, tokenizer.eos_token_id]
-    ids = torch.tensor([prompt + answer], device=model.device)
-    labels = torch.tensor([[-100] * len(prompt) + answer], device=model.device)
-    with torch.no_grad():
-        out = model(input_ids=ids, labels=labels)
-    return float(out.loss)
+    if not answer:
+        return float("nan")
+    # One log-probability a token from the second on: the answer's start at len(prompt) - 1.
+    logprobs = engine.prompt_logprobs([*prompt, *answer], adapter)[max(len(prompt) - 1, 0) :]
+    return -sum(logprobs) / len(logprobs)
 
 
 def _bundles(task: TaskContext, params: EvaluateParams) -> BundleResolver:
