@@ -17,7 +17,6 @@ interpreter one question: no torch and no vLLM in this process.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import os
@@ -27,7 +26,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +34,8 @@ import httpx
 from akka_training.core.serving import TRANSFORMERS, VLLM, ServeParams
 from akka_training.engines.generation.schema import BASE
 from akka_training.engines.reachable import http_server, http_url
-from akka_training.engines.serving import ADAPTER_HEADER, KEY_HEADER
-from akka_training.engines.serving.http_server import Activity
+from akka_training.engines.serving import ADAPTER_HEADER
+from akka_training.engines.serving.keyed import Activity, KeyedHandler, keyed
 from akka_training.engines.serving.openai_api import ApiRefusal
 
 log = logging.getLogger(__name__)
@@ -297,44 +295,17 @@ class VllmRelay:
         self.vllm.close()
 
 
-def _handler(vllm: VllmServer, activity: Activity, key: str) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+def _handler(vllm: VllmServer, activity: Activity, key: str) -> type[KeyedHandler]:
+    class Handler(KeyedHandler):
+        def health(self) -> dict[str, Any]:
+            return {"status": "ok", "engine": VLLM, "adapters": sorted(vllm.adapters)}
 
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug(format, *args)
-
-        def _trusted(self) -> bool:
-            """Only the trainer, which has the key, may call: refuse anyone else."""
-            if hmac.compare_digest(self.headers.get(KEY_HEADER, ""), key):
-                return True
-            self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
-            self._refuse(ApiRefusal(403, "This endpoint answers its trainer only."))
-            return False
-
-        def do_GET(self) -> None:
-            if not self._trusted():
-                return
-            if self.path.rstrip("/") == "/health":
-                body = {"status": "ok", "engine": VLLM, "adapters": sorted(vllm.adapters)}
-                self._json(200, body)
-                return
-            self._refuse(ApiRefusal(404, f"There is no route {self.path}."))
-
-        def do_POST(self) -> None:
-            if not self._trusted():
-                return
-            with activity:
-                self._answer()
-
-        def _answer(self) -> None:
+        def answer(self) -> None:
             path = self.path.rstrip("/")
             try:
                 if path not in ("/v1/chat/completions", "/v1/completions"):
                     raise ApiRefusal(404, f"There is no route {self.path}.")
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                if not isinstance(body, dict):
-                    raise ApiRefusal(400, "The request's body must be a JSON object.")
+                body = self.read_body()
                 adapter = self.headers.get(ADAPTER_HEADER) or BASE
                 if adapter != BASE and adapter not in vllm.adapters:
                     raise ApiRefusal(404, f"This endpoint does not serve {adapter}.")
@@ -350,58 +321,41 @@ def _handler(vllm: VllmServer, activity: Activity, key: str) -> type[BaseHTTPReq
                 else:
                     self._relay(path, body, asked)
             except ApiRefusal as refusal:
-                self._refuse(refusal)
-            except json.JSONDecodeError:
-                self._refuse(ApiRefusal(400, "The request's body is not JSON."))
+                self.refuse(refusal)
             except httpx.HTTPError as exc:
                 log.error("vLLM did not answer: %s", exc)
-                self._refuse(ApiRefusal(503, "The endpoint's vLLM server does not answer."))
+                self.refuse(ApiRefusal(503, "The endpoint's vLLM server does not answer."))
 
         def _relay(self, path: str, body: dict[str, Any], asked: Any) -> None:
             response = vllm.client.post(path, json=body)
-            try:
-                answer = response.json()
-            except ValueError:
-                answer = {"error": {"message": response.text[:2000], "type": "server_error"}}
-            if isinstance(answer, dict) and "model" in answer:
+            answer = _answer_of(response)
+            if "model" in answer:
                 answer["model"] = asked
-            self._json(response.status_code, answer)
+            self.send_json(response.status_code, answer)
 
         def _stream(self, path: str, body: dict[str, Any], asked: Any) -> None:
             with vllm.client.stream("POST", path, json=body) as response:
                 if response.status_code != 200:
                     response.read()
-                    self._relay_error(response)
+                    self.send_json(response.status_code, _answer_of(response))
                     return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("Connection", "close")
-                self.end_headers()
+                self.open_stream()
                 for event in _events(response.iter_lines()):
                     self.wfile.write(_renamed(event, asked) + b"\n\n")
                     self.wfile.flush()
-            self.close_connection = True
 
-        def _relay_error(self, response: httpx.Response) -> None:
-            try:
-                answer = response.json()
-            except ValueError:
-                answer = {"error": {"message": response.text[:2000], "type": "server_error"}}
-            self._json(response.status_code, answer)
+    return keyed(Handler, key, activity)
 
-        def _refuse(self, refusal: ApiRefusal) -> None:
-            self._json(refusal.status, refusal.body())
 
-        def _json(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    return Handler
+def _answer_of(response: httpx.Response) -> dict[str, Any]:
+    """vLLM's JSON answer, or an OpenAI error object around what it said instead."""
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict):
+        return answer
+    return {"error": {"message": response.text[:2000], "type": "server_error"}}
 
 
 def _events(lines: Iterator[str]) -> Iterator[str]:

@@ -30,7 +30,8 @@ from akka_training.engines.failures import SourceUnavailable
 from akka_training.engines.generation.engine import GenerationEngine
 from akka_training.engines.model_cache import local_model
 from akka_training.engines.reachable import listen_host
-from akka_training.engines.serving.http_server import Activity, EndpointServer
+from akka_training.engines.serving.http_server import EndpointServer
+from akka_training.engines.serving.keyed import Activity
 from akka_training.engines.serving.vllm import VllmFailed, VllmRelay, VllmServer, choose_engine
 from akka_training.engines.snapshots import download_adapter
 from akka_training.engines.tasks.context import TaskContext, TaskError
