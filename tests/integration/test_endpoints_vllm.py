@@ -7,9 +7,7 @@ server process is gone."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import openai
@@ -20,29 +18,9 @@ from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 from akka_training.testing.service import TrainerProcess
 from akka_training.testing.waiting import until
 from tests.integration.helpers import ensure_project
+from tests.vllm_env import vllm_python
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-
-
-def _vllm_environment() -> Path:
-    """vLLM's CPU environment; skipped, saying so, where it is not built, and failed where CI
-    requires it (``AKKA_REQUIRE_VLLM_ENV``)."""
-    built = VLLM_PYTHON.exists() and (
-        subprocess.run([str(VLLM_PYTHON), "-c", "import vllm"], check=False).returncode == 0
-    )
-    if not built and os.environ.get("AKKA_REQUIRE_VLLM_ENV"):
-        pytest.fail(
-            "AKKA_REQUIRE_VLLM_ENV is set but vLLM's environment is not built "
-            "(scripts/setup-vllm-env.sh)"
-        )
-    if not built:
-        pytest.skip(
-            "no vLLM CPU environment at .venv-vllm: build it with scripts/setup-vllm-env.sh"
-        )
-    return VLLM_PYTHON
 
 
 def _vllm_servers(trainer: TrainerProcess, endpoint_id: str) -> list[psutil.Process]:
@@ -64,7 +42,7 @@ def _vllm_servers(trainer: TrainerProcess, endpoint_id: str) -> list[psutil.Proc
 def test_an_endpoint_on_vllm_answers_the_openai_sdk_and_its_server_goes_with_it(
     tmp_path: Path,
 ) -> None:
-    python = _vllm_environment()
+    python = vllm_python()
     from akka_training.engines.trl.smoke import build_model
 
     model_dir = build_model(tmp_path / "model", "tiny")  # a Qwen3 of head_dim 64

@@ -8,8 +8,6 @@ is deleted the child process is gone."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -26,31 +24,12 @@ from akka_training.core.tasks import TaskSpec
 from akka_training.engines.tasks.context import TaskContext
 from akka_training.engines.tasks.reporter import TaskReporter
 from tests.engines.conftest import ReportServer
+from tests.vllm_env import vllm_python
 
-ROOT = Path(__file__).resolve().parents[3]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 # vLLM's CPU server starts in about a minute on a small shared machine.
 START_SECONDS = 900.0
 PROMPT = [5, 17, 42, 99, 7, 63]
 NEW_TOKENS = 8
-
-
-def _vllm_environment() -> Path:
-    """vLLM's CPU environment; skipped, saying so, where it is not built, and failed where CI
-    requires it (``AKKA_REQUIRE_VLLM_ENV``)."""
-    built = VLLM_PYTHON.exists() and (
-        subprocess.run([str(VLLM_PYTHON), "-c", "import vllm"], check=False).returncode == 0
-    )
-    if not built and os.environ.get("AKKA_REQUIRE_VLLM_ENV"):
-        pytest.fail(
-            "AKKA_REQUIRE_VLLM_ENV is set but vLLM's environment is not built "
-            "(scripts/setup-vllm-env.sh)"
-        )
-    if not built:
-        pytest.skip(
-            "no vLLM CPU environment at .venv-vllm: build it with scripts/setup-vllm-env.sh"
-        )
-    return VLLM_PYTHON
 
 
 def _adapter(model_dir: Path, out: Path, seed: int) -> Path:
@@ -141,7 +120,7 @@ def _vllm_children() -> list[psutil.Process]:
 def test_an_endpoint_on_vllm_serves_adapters_as_peft_does_and_follows_its_params(
     tmp_path: Path, report_server: ReportServer, store: LocalBlobStore
 ) -> None:
-    python = _vllm_environment()
+    python = vllm_python()
     from akka_training.engines.tasks.serve import serve
     from akka_training.engines.trl.smoke import build_model
 

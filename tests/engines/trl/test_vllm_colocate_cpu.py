@@ -12,32 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.vllm_env import vllm_python
+
 ROOT = Path(__file__).resolve().parents[3]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-
-
-def _vllm_environment() -> Path:
-    """vLLM's CPU environment; skipped, saying so, where it is not built, and failed where CI
-    requires it (``AKKA_REQUIRE_VLLM_ENV``)."""
-    built = VLLM_PYTHON.exists() and (
-        subprocess.run([str(VLLM_PYTHON), "-c", "import vllm, trl, peft"], check=False).returncode
-        == 0
-    )
-    if not built and os.environ.get("AKKA_REQUIRE_VLLM_ENV"):
-        pytest.fail(
-            "AKKA_REQUIRE_VLLM_ENV is set but vLLM's environment is not built "
-            "(scripts/setup-vllm-env.sh)"
-        )
-    if not built:
-        pytest.skip(
-            "no vLLM CPU environment at .venv-vllm: build it with scripts/setup-vllm-env.sh"
-        )
-    return VLLM_PYTHON
 
 
 @pytest.mark.slow  # vLLM starts in the trainer's process; minutes on a small CPU
 def test_grpo_generates_through_vllm_colocate_on_a_cpu(tmp_path: Path) -> None:
-    python = _vllm_environment()
+    python = vllm_python("trl", "peft")
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT / "src"),
