@@ -23,37 +23,11 @@
 # are there; it installs, builds and trains nothing (the project's tests run it on a CPU).
 set -uo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo_root" || exit 2
-dry_run=0
-workdir=""
-for arg in "$@"; do
-  case "$arg" in
-    --dry-run) dry_run=1 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
-    -*) echo "unknown option: $arg (see --help)" >&2; exit 2 ;;
-    *) workdir="$arg" ;;
-  esac
-done
-workdir="${workdir:-$(mktemp -d /tmp/gpu-smoke.XXXXXX)}"
-mkdir -p "$workdir"
-workdir="$(cd "$workdir" && pwd)"
-budget="${AKKA_SMOKE_SECONDS:-480}"
-started=$(date +%s)
-status=0
-lines=()
-left() { echo $(( budget - ($(date +%s) - started) )); }
-note() { lines+=("$1 $2"); echo "$1 $2"; }
-pass() { note PASS "$*"; }
-fail() { note FAIL "$*"; status=1; }
-would() { note WOULD "$*"; }
-finish() {
-  echo
-  echo "GPU SMOKE SUMMARY ($(( $(date +%s) - started )) s of $budget s$([[ $dry_run == 1 ]] && echo ', dry run'))"
-  printf '  %s\n' "${lines[@]}"
-  echo "  logs: $workdir"
-  exit "$status"
-}
+smoke_name=gpu-smoke
+smoke_title="GPU SMOKE SUMMARY"
+smoke_help='2,24p'
+# shellcheck source=scripts/smoke-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/smoke-lib.sh"
 export PYTHONPATH="$repo_root/src${PYTHONPATH:+:$PYTHONPATH}"
 
 # 1. the environment ------------------------------------------------------------------------
