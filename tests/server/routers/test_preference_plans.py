@@ -198,6 +198,62 @@ def test_a_dpo_run_records_its_reference_and_a_continuation_keeps_it(
     }
 
 
+def test_a_preference_evaluation_measures_a_dpo_run_against_its_own_reference(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> None:
+    """The SFT run and the base model are measured against the base model, the dpo run from
+    the SFT adapter against that adapter, unless the metric asks for the base model."""
+    register(api, "maths/train", chat_rows(6))
+    register(api, "maths/pairs", pair_rows(6))
+    sft_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    report_to_the_end(trainer, sft_id, {})
+    dpo_id = api.post("/v1/runs", json=dpo_plan(source={"run": sft_id})).json()["id"]
+    report_to_the_end(trainer, dpo_id, {})
+
+    def reference(source: str | None, **metric: str) -> Any:
+        plan: dict[str, Any] = {
+            "kind": "evaluation",
+            "project": "maths",
+            "baseModel": "tiny-chat",
+            "dataset": "maths/pairs",
+            "metrics": [{"kind": "preference", **metric}],
+        }
+        if source is not None:
+            plan["source"] = {"run": source}
+        response = api.post("/v1/evaluations", params={"dry_run": "true"}, json=plan)
+        assert response.status_code == 200, response.text
+        return response.json()["resolved"]["reference"]
+
+    base = {"kind": "base-model", "run": None, "snapshot": None, "weights": None}
+    assert reference(None) == base
+    assert reference(sft_id) == base
+    assert reference(dpo_id) == {
+        "kind": "adapter",
+        "run": sft_id,
+        "snapshot": None,
+        "weights": f"runs/{sft_id}/adapter/",
+    }
+    assert reference(dpo_id, reference="base-model") == base
+    status, body = answer(
+        api.post(
+            "/v1/evaluations",
+            params={"dry_run": "true"},
+            json={
+                "kind": "evaluation",
+                "project": "maths",
+                "baseModel": "tiny-chat",
+                "dataset": "maths/pairs",
+                "metrics": [{"kind": "preference", "reference": "sft"}],
+            },
+        )
+    )
+    assert status == 422, body
+    assert body["error"]["problems"][0] == {
+        "field": "metrics[0].preference.reference",
+        "message": "metrics[0].preference.reference: set it to 'run' or 'base-model'.",
+    }
+
+
 def test_a_preference_evaluation_needs_a_preference_dataset_and_only_it(
     api: httpx.Client,
 ) -> None:
