@@ -100,3 +100,28 @@ def test_each_run_keeps_its_own_number_and_four_without_one(
     assert sorted(sweep_snapshots(trainer.ctx)) == ["r1/step-1", "r1/step-2", "r2/step-1"]
     assert kept(trainer, "r1") == ([3, 4, 5], [3, 4, 5])
     assert kept(trainer, "r2") == ([2, 3, 4, 5], [2, 3, 4, 5])
+
+
+def test_a_snapshot_a_dpo_run_measures_against_is_kept(
+    in_process_factory: Callable[..., InProcessTrainer],
+) -> None:
+    """A continuation of a dpo run branched from r1's step-1 keeps step-1 as its reference,
+    though it starts from another run's snapshot: step-1 stays for it."""
+    trainer = in_process_factory()
+    with trainer.ctx.db.session() as session:
+        add_run(session, "r1", phase=Phase.COMPLETED, keepAdapters=1)
+        continued = add_run(session, "r3", phase=Phase.QUEUED)
+        continued.method = "dpo"
+        continued.settings = {
+            **continued.settings,
+            "reference": {
+                "kind": "adapter",
+                "run": "r1",
+                "snapshot": "step-1",
+                "weights": snapshot_keys("r1", 1).weights,
+            },
+        }
+    snapshots_with_blobs(trainer, "r1", range(1, 4))
+
+    assert sweep_snapshots(trainer.ctx) == ["r1/step-2"]
+    assert kept(trainer, "r1") == ([1, 3], [1, 3])

@@ -616,7 +616,6 @@ def test_every_rule_is_covered_here() -> None:
         "prompts_within_rows",
         "steps_storable",
         "dataset_fits_method",
-        "dpo_continuation",
         "source_matches",
         "reward_patterns",
         "monitor_terms",
@@ -706,17 +705,11 @@ def test_a_dpo_run_trains_on_text() -> None:
     ]
 
 
-def test_a_dpo_run_does_not_continue_a_training_state() -> None:
+def test_a_dpo_run_continues_a_training_state_or_branches() -> None:
+    """A continuation keeps the reference of the run it continues (recorded in its settings),
+    so it is no longer refused."""
     continuing = {"source": {"run": "r1", "snapshot": "step-6", "restore": "trainingState"}}
-    assert problems(DPO, continuing, model=PREFERENCE_MODEL, dataset=PAIRS, source=SFT_SOURCE) == [
-        (
-            "source.restore",
-            "A dpo run cannot continue a training state yet: its reference policy would be the "
-            "snapshot's adapter, not the one the run was measured against. Branch from the "
-            "snapshot instead (restore: weights, which takes the snapshot's adapter as the "
-            "reference), or start a new run.",
-        )
-    ]
+    assert problems(DPO, continuing, model=PREFERENCE_MODEL, dataset=PAIRS, source=SFT_SOURCE) == []
     branching = {"source": {"run": "r1", "snapshot": "step-6"}}
     assert problems(DPO, branching, model=PREFERENCE_MODEL, dataset=PAIRS, source=SFT_SOURCE) == []
 

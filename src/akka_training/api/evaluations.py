@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from akka_training.api.base import ResponseBody, Timestamp
+from akka_training.api.base import ResponseBody, Timestamp, optional_key
 from akka_training.api.runs import Queue
 from akka_training.api.tasks import TaskProgress
 from akka_training.core.evaluations import EvaluationPlan
@@ -31,6 +31,10 @@ class MetricValue(ResponseBody):
     high: float = Field(description="The high end of the 95% confidence interval.")
     stderr: float = Field(description="The standard error the interval came from.")
     count: int = Field(description="Values averaged: samples, or prompts (loss, pass@k).")
+    reference: str | None = optional_key(
+        "preference: what the margins were measured against: the base model, run RUN (its "
+        "final adapter) or run RUN snapshot NAME."
+    )
 
 
 class EvaluationSource(ResponseBody):

@@ -229,6 +229,10 @@ class Preference(ResponseBody):
     rewards_accuracies: float | None = optional_key("The share of pairs ranked right, 0 to 1.")
     logps_chosen: float | None = optional_key()
     logps_rejected: float | None = optional_key()
+    reference: str | None = optional_key(
+        "What the rewards measure the policy against, in words: the base model, run RUN (its "
+        "final adapter) or run RUN snapshot NAME; a continuation keeps its source run's."
+    )
 
 
 class RunRecord(RunSummary):

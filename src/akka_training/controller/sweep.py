@@ -1,6 +1,7 @@
 """Snapshots past `execution.keepAdapters` are swept: their blobs deleted, their rows kept (marked
-swept) so the run's history stays readable. The newest snapshot of a run, and any snapshot another
-run starts from, are never swept."""
+swept) so the run's history stays readable. The newest snapshot of a run, any snapshot another
+run starts from, and any snapshot a dpo run measures against (its recorded reference, which a
+continuation of it keeps), are never swept."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ def sweep_snapshots(ctx: AppContext) -> list[str]:
                 select(Run.source_run, Run.source_snapshot).where(Run.source_snapshot.is_not(None))
             )
         }
+        for settings in session.scalars(select(Run.settings).where(Run.method == "dpo")):
+            reference = (settings or {}).get("reference") or {}
+            if reference.get("snapshot"):
+                held.add((reference.get("run"), reference["snapshot"]))
         rows = session.scalars(
             select(Snapshot)
             .where(Snapshot.swept_at.is_(None))

@@ -36,7 +36,7 @@ from akka_training.core.plans import (
     RegexTerm,
     RuleTerm,
 )
-from akka_training.core.resolved import BaseModelPin, BundlePin
+from akka_training.core.resolved import BaseModelPin, BundlePin, ReferencePin
 
 EVALUATE = "evaluate"
 REWARD_KINDS = ("match", "regex", "length", "judge", "http", "rule")
@@ -55,13 +55,19 @@ class LossMetric(PlanModel):
 
 class PreferenceMetric(PlanModel):
     """Over a preference dataset: the share of pairs whose chosen answer the evaluated model
-    prefers by its log-probability margin against the base model (the reference), DPO's
-    implicit reward margin: [log p(chosen) - log p_base(chosen)] - [log p(rejected) -
-    log p_base(rejected)]. A pair counts 1 above 0, 1/2 at exactly 0 (so the base model itself
-    scores 0.5) and 0 below."""
+    prefers by its log-probability margin against a reference, DPO's implicit reward margin:
+    [log p(chosen) - log p_ref(chosen)] - [log p(rejected) - log p_ref(rejected)]. A pair
+    counts 1 above 0, 1/2 at exactly 0 (so the reference itself scores 0.5) and 0 below.
+
+    `reference: run` (the default) measures a model against the evaluated run's own reference:
+    for a dpo run the policy it started from (the SFT adapter of a warm start, a branch's
+    snapshot, the base model for a fresh adapter; a continuation keeps its source run's), for
+    any other run and for the base model the base model. `reference: base-model` measures every
+    model against the base model, which puts base, SFT and DPO on one scale."""
 
     kind: Literal["preference"]
     name: Name = Field("preference", min_length=1)
+    reference: Literal["run", "base-model"] = "run"
 
 
 class PassAtKMetric(PlanModel):
@@ -141,6 +147,9 @@ class EvaluateParams(PlanModel):
     samples: str  # blob key the scored samples are written to (JSONL)
     seed: int = 42
     gpus: int = 1  # the devices its claim holds
+    # A preference metric's reference (`PreferenceMetric.reference` resolved); None for other
+    # metrics.
+    reference: ReferencePin | None = None
 
 
 class MetricValue(PlanModel):
@@ -155,6 +164,8 @@ class MetricValue(PlanModel):
     high: float
     stderr: float
     count: int
+    # A preference metric's reference, in words (`ReferencePin.describe`).
+    reference: str | None = None
 
 
 class EvaluationResult(PlanModel):

@@ -4,7 +4,7 @@ receives it unchanged inside its `JobSpec`."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -47,6 +47,53 @@ class SourcePin(PlanModel):
     lora_alpha: float | None = None
 
 
+class ReferencePin(PlanModel):
+    """What a dpo run measures its policy against (docs/preference-fine-tuning.md): the base
+    model (``base-model``: the adapter disabled), or the stored adapter the run first started
+    from (``adapter``: a warm start's or a branch's source). A continuation keeps the reference
+    of the run it continues, not the snapshot's adapter."""
+
+    kind: Literal["base-model", "adapter"]
+    run: str | None = None  # the run whose adapter it is
+    snapshot: str | None = None  # that run's snapshot, or None for its final adapter
+    weights: str | None = None  # blob key of the PEFT adapter directory
+
+    def describe(self) -> str:
+        """In words: ``the base model``, ``run RUN`` or ``run RUN snapshot NAME``."""
+        if self.kind == "base-model":
+            return "the base model"
+        return f"run {self.run}" + (f" snapshot {self.snapshot}" if self.snapshot else "")
+
+
+BASE_REFERENCE = ReferencePin(kind="base-model")
+
+
+def dpo_reference(source: SourcePin | None, source_settings: dict[str, Any]) -> ReferencePin:
+    """A new dpo run's reference: the base model for a fresh adapter, the source's adapter for
+    a warm start or a branch, and for a continuation the reference its source run recorded
+    (`source_settings`, the source run's resolved settings)."""
+    if source is None:
+        return BASE_REFERENCE
+    if source.kind != "continue":
+        return ReferencePin(
+            kind="adapter", run=source.run, snapshot=source.snapshot, weights=source.weights
+        )
+    return recorded_reference(source_settings)
+
+
+def recorded_reference(settings: dict[str, Any]) -> ReferencePin:
+    """The reference a dpo run's resolved settings (as stored, JSON) record. Runs resolved
+    before the reference was recorded follow it from their source (none of them continued a
+    training state)."""
+    recorded = settings.get("reference")
+    if isinstance(recorded, dict):
+        return ReferencePin.model_validate(recorded)
+    source = settings.get("source")
+    if not isinstance(source, dict):
+        return BASE_REFERENCE
+    return dpo_reference(SourcePin.model_validate(source), {})
+
+
 class BundlePin(PlanModel):
     """A scoring bundle a run's rule terms or tools load, pinned by hash."""
 
@@ -64,6 +111,8 @@ class Settings(PlanModel):
     dataset: DatasetPin
     eval_dataset: DatasetPin | None = None
     source: SourcePin | None = None
+    # A dpo run's reference policy (None for the other methods).
+    reference: ReferencePin | None = None
     # Bundles by the pinned reference the config's terms and tools carry (PROJECT/NAME@sha256:…).
     bundles: dict[str, BundlePin] = Field(default_factory=dict)
     config: RunConfig

@@ -532,24 +532,6 @@ def dataset_fits_method(c: Checked) -> list[Problem]:
     return out
 
 
-def dpo_continuation(c: Checked) -> list[Problem]:
-    """A dpo run's reference is the adapter it starts from. A continuation restores a training
-    state part-way, so its reference would be the snapshot's adapter rather than the one the
-    run it continues was measured against: refused until the reference is carried along."""
-    source = c.plan.source
-    if c.method != "dpo" or source is None or source.restore != "trainingState":
-        return []
-    return [
-        Problem(
-            "source.restore",
-            "A dpo run cannot continue a training state yet: its reference policy would be the "
-            "snapshot's adapter, not the one the run was measured against. Branch from the "
-            "snapshot instead (restore: weights, which takes the snapshot's adapter as the "
-            "reference), or start a new run.",
-        )
-    ]
-
-
 def _format_problem(method: str, info: DatasetInfo) -> str | None:
     """Why a dataset's rows do not suit `method`, or None: dpo trains on preference pairs, and
     no other method does."""
@@ -666,7 +648,6 @@ RULES: list[Rule] = [
     prompts_within_rows,
     steps_storable,
     dataset_fits_method,
-    dpo_continuation,
     source_matches,
     reward_patterns,
     monitor_terms,

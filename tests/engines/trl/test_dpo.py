@@ -11,7 +11,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from akka_training.core.resolved import ResumePoint, SourcePin
+from akka_training.core.resolved import ResumePoint, SourcePin, dpo_reference
 from akka_training.engines.data import preference_examples
 from akka_training.engines.tasks.preference_eval import pair_samples
 from tests.engines.conftest import ReportServer
@@ -280,6 +280,101 @@ def test_a_paused_dpo_run_resumes_exactly_where_it_stopped(
 
     assert sorted(resumed) == list(range(snapshot["step"] + 1, 6))
     for step, figures in resumed.items():
+        assert figures == straight[step], step
+
+
+@pytest.mark.parametrize("start", ["base model", "sft adapter"])
+def test_a_continued_dpo_run_keeps_the_reference_of_the_run_it_continues(
+    catalog: dict[str, dict[str, Any]],
+    report_server: ReportServer,
+    store: Any,
+    tmp_path: Path,
+    start: str,
+) -> None:
+    """A continuation starts its policy from the snapshot's adapter but measures it against
+    the reference of the run it continues (the base model, or the SFT adapter that run
+    warm-started from): its steps report what the uninterrupted run reported, rewards
+    included, instead of starting again from rewards of 0."""
+    model = catalog["tiny-chat"]
+    origin = None
+    if start == "sft adapter":
+        sft = make_spec(
+            model=model,
+            dataset=put_dataset(store, "maths", chat_rows(8)),
+            config={
+                "method": "sft",
+                "maxSeqLength": 64,
+                "hyperparams": {
+                    "lora": {"rank": 4, "alpha": 8},
+                    "optimizer": {"learningRate": 5e-2},
+                    "training": {"maxSteps": 2, "batchSize": 4},
+                },
+            },
+            trainer_url=report_server.url,
+            store=store,
+            run_id="sft",
+        )
+        assert run_in_process(sft, tmp_path / "sft") == 0
+        report_server.reports.clear()
+        origin = SourcePin(
+            kind="warm-start",
+            run="sft",
+            snapshot=None,
+            step=2,
+            weights="runs/sft/adapter/",
+            lora_rank=4,
+            lora_alpha=8,
+        )
+    dataset = put_dataset(store, "pairs", pair_rows(8))
+
+    def spec(run_id: str, steps: int, source: SourcePin | None, settings: dict[str, Any]) -> Any:
+        made = make_spec(
+            model=model,
+            dataset=dataset,
+            config={
+                **DPO,
+                "hyperparams": {
+                    **DPO["hyperparams"],
+                    "training": {"maxSteps": steps, "batchSize": 2},
+                },
+            },
+            trainer_url=report_server.url,
+            store=store,
+            run_id=run_id,
+            source=source,
+            # What the service records: the continued run's reference, from its settings.
+            reference=dpo_reference(source, settings),
+            execution={"saveEvery": 2},
+        )
+        made.telemetry.report_seconds = 0
+        return made
+
+    straight_spec = spec("straight", 5, origin, {})
+    assert run_in_process(straight_spec, tmp_path / "straight") == 0
+    straight = _figures(report_server)
+    snapshot = next(s for s in report_server.of("snapshots") if s["step"] == 2)
+
+    report_server.reports.clear()
+    continuing = SourcePin(
+        kind="continue",
+        run="straight",
+        snapshot=snapshot["name"],
+        step=2,
+        weights=snapshot["weights"],
+        training_state=snapshot["trainingState"],
+        lora_rank=4,
+        lora_alpha=8,
+    )
+    recorded = straight_spec.settings.to_json()
+    continued_spec = spec("continued", 3, continuing, recorded)
+    assert continued_spec.settings.reference == straight_spec.settings.reference
+    assert run_in_process(continued_spec, tmp_path / "continued") == 0
+    continued = _figures(report_server)
+
+    assert sorted(continued) == [3, 4, 5]
+    # Step 3's policy moved from the reference for two steps already: rewards are not 0.
+    assert continued[3]["rewards/chosen"] != 0.0
+    for step, figures in continued.items():
         assert figures == straight[step], step
 
 

@@ -119,11 +119,139 @@ def test_a_dpo_runs_preference_figures_and_data_fit_read_back(
         "rewardsAccuracies": 1.0,
         "logpsChosen": -12.5,
         "logpsRejected": -14.0,
+        "reference": "the base model",
     }
     assert got["results"]["trainingLoss"] == 0.69
     assert got["dataFit"] == {**fit, "maxSeqLength": 256, "promptsTruncated": 1}
     steps = api.get(f"/v1/runs/{run_id}/metrics").json()["steps"]
     assert [s["rewards/margins"] for s in steps] == [0.0, 0.25]
+
+
+def report_to_the_end(trainer: InProcessTrainer, run_id: str, figures: dict[str, float]) -> None:
+    """A job of `run_id` that trains 4 steps with snapshots at 2 and 4, and completes."""
+    launch = trainer.admit(run_id)
+    job = trainer.job_client(launch)
+    base = f"/v1/jobs/{run_id}/attempts/{launch.attempt}"
+    assert job.post(f"{base}/training", json={"totalSteps": 4}).is_success
+    for step in (1, 2, 3, 4):
+        body = {"step": step, "metrics": {"loss": 1.0 / step, **figures}}
+        assert job.post(f"{base}/steps", json=body).is_success
+        if step % 2 == 0:
+            keys = f"runs/{run_id}/snapshots/step-{step}"
+            snapshot = {
+                "name": f"step-{step}",
+                "step": step,
+                "weights": f"{keys}/weights/",
+                "trainingState": f"{keys}/training-state/",
+            }
+            assert job.post(f"{base}/snapshots", json=snapshot).is_success
+    finished = {"adapter": f"runs/{run_id}/adapter/", "step": 4}
+    assert job.post(f"{base}/finished", json=finished).is_success
+
+
+def test_a_dpo_run_records_its_reference_and_a_continuation_keeps_it(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> None:
+    """From the base model the reference is the base model; from an SFT run's adapter it is
+    that adapter; a branch from a dpo run's snapshot measures against the snapshot; and a
+    continuation keeps the reference of the run it continues, not its snapshot's adapter."""
+    register(api, "maths/train", chat_rows(6))
+    register(api, "maths/pairs", pair_rows(6))
+    dry = api.post("/v1/runs", params={"dry_run": "true"}, json=dpo_plan()).json()
+    assert dry["settings"]["reference"] == {
+        "kind": "base-model",
+        "run": None,
+        "snapshot": None,
+        "weights": None,
+    }
+    assert (
+        api.post("/v1/runs", params={"dry_run": "true"}, json=sft_plan()).json()["settings"][
+            "reference"
+        ]
+        is None
+    )
+
+    sft_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    report_to_the_end(trainer, sft_id, {})
+    dpo = api.post("/v1/runs", json=dpo_plan(source={"run": sft_id})).json()
+    from_sft = {
+        "kind": "adapter",
+        "run": sft_id,
+        "snapshot": None,
+        "weights": f"runs/{sft_id}/adapter/",
+    }
+    assert dpo["settings"]["reference"] == from_sft
+    report_to_the_end(trainer, dpo["id"], {"rewards/chosen": 0.5, "rewards/rejected": -0.5})
+    assert api.get(f"/v1/runs/{dpo['id']}").json()["preference"]["reference"] == f"run {sft_id}"
+
+    continued = api.post(
+        f"/v1/runs/{dpo['id']}/continue", json={"snapshot": "step-2", "steps": 2}
+    ).json()
+    assert continued["source"] == {"run": dpo["id"], "snapshot": "step-2", "kind": "continue"}
+    assert continued["settings"]["reference"] == from_sft
+    branched = api.post(f"/v1/runs/{dpo['id']}/branch", json={"snapshot": "step-2"}).json()
+    assert branched["settings"]["reference"] == {
+        "kind": "adapter",
+        "run": dpo["id"],
+        "snapshot": "step-2",
+        "weights": f"runs/{dpo['id']}/snapshots/step-2/weights/",
+    }
+
+
+def test_a_preference_evaluation_measures_a_dpo_run_against_its_own_reference(
+    api: httpx.Client, trainer: InProcessTrainer
+) -> None:
+    """The SFT run and the base model are measured against the base model, the dpo run from
+    the SFT adapter against that adapter, unless the metric asks for the base model."""
+    register(api, "maths/train", chat_rows(6))
+    register(api, "maths/pairs", pair_rows(6))
+    sft_id = api.post("/v1/runs", json=sft_plan()).json()["id"]
+    report_to_the_end(trainer, sft_id, {})
+    dpo_id = api.post("/v1/runs", json=dpo_plan(source={"run": sft_id})).json()["id"]
+    report_to_the_end(trainer, dpo_id, {})
+
+    def reference(source: str | None, **metric: str) -> Any:
+        plan: dict[str, Any] = {
+            "kind": "evaluation",
+            "project": "maths",
+            "baseModel": "tiny-chat",
+            "dataset": "maths/pairs",
+            "metrics": [{"kind": "preference", **metric}],
+        }
+        if source is not None:
+            plan["source"] = {"run": source}
+        response = api.post("/v1/evaluations", params={"dry_run": "true"}, json=plan)
+        assert response.status_code == 200, response.text
+        return response.json()["resolved"]["reference"]
+
+    base = {"kind": "base-model", "run": None, "snapshot": None, "weights": None}
+    assert reference(None) == base
+    assert reference(sft_id) == base
+    assert reference(dpo_id) == {
+        "kind": "adapter",
+        "run": sft_id,
+        "snapshot": None,
+        "weights": f"runs/{sft_id}/adapter/",
+    }
+    assert reference(dpo_id, reference="base-model") == base
+    status, body = answer(
+        api.post(
+            "/v1/evaluations",
+            params={"dry_run": "true"},
+            json={
+                "kind": "evaluation",
+                "project": "maths",
+                "baseModel": "tiny-chat",
+                "dataset": "maths/pairs",
+                "metrics": [{"kind": "preference", "reference": "sft"}],
+            },
+        )
+    )
+    assert status == 422, body
+    assert body["error"]["problems"][0] == {
+        "field": "metrics[0].preference.reference",
+        "message": "metrics[0].preference.reference: set it to 'run' or 'base-model'.",
+    }
 
 
 def test_a_preference_evaluation_needs_a_preference_dataset_and_only_it(

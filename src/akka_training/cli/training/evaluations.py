@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         EvaluationComparison,
         EvaluationRecord,
         EvaluationSamples,
+        MetricComparison,
         MetricValue,
     )
 
@@ -191,6 +192,9 @@ def _print_evaluation(e: EvaluationRecord) -> None:
             ["METRIC", "KIND", "MEAN", "INTERVAL", "N"],
             [[m.name, m.kind, _n(m.mean), _interval(m), m.count] for m in e.metrics],
         )
+        for m in e.metrics:
+            if m.reference:
+                print(f"{m.name} is measured against {m.reference}.")
 
 
 def _print_samples(answer: EvaluationSamples) -> None:
@@ -222,6 +226,26 @@ def _print_comparison(c: EvaluationComparison) -> None:
             ]
         )
     table(["METRIC", f"A {c.a}", f"B {c.b}", "B - A", "BEYOND NOISE"], rows)
+    for m in c.metrics:
+        note = _references(m)
+        if note:
+            print(note)
+
+
+def _references(m: MetricComparison) -> str | None:
+    """What a preference metric's two values were measured against, and a warning when the
+    two differ (each is a share against its own reference, not one scale)."""
+    a = m.a.reference if m.a else None
+    b = m.b.reference if m.b else None
+    if a is None and b is None:
+        return None
+    if a == b:
+        return f"{m.name}: both measured against {a}."
+    return (
+        f"{m.name}: A is measured against {a or '-'}, B against {b or '-'}: each value is the "
+        "share of pairs its model ranks better than its own reference does. To put both on one "
+        "scale, evaluate both with reference: base-model."
+    )
 
 
 def _value(m: MetricValue | None) -> str | None:

@@ -628,6 +628,7 @@ def print_preference(p: Preference) -> None:
             ("Pairs ranked right", "-" if accuracy is None else f"{accuracy * 100:.1f}%"),
             ("Log-prob chosen", number(p.logps_chosen)),
             ("Log-prob rejected", number(p.logps_rejected)),
+            ("Reference", p.reference or "-"),
         ],
         indent="  ",
     )

@@ -36,6 +36,7 @@ from akka_training.core.evaluations import (
     interval,
     pass_at_k,
 )
+from akka_training.core.resolved import BASE_REFERENCE, ReferencePin
 from akka_training.engines.bundles import BundleResolver
 from akka_training.engines.data import RlRow, preference_examples, read_rows, rl_rows
 from akka_training.engines.failures import DataError, SourceUnavailable
@@ -44,7 +45,7 @@ from akka_training.engines.generation.engine import GenerationEngine
 from akka_training.engines.model_cache import local_model
 from akka_training.engines.snapshots import download_adapter
 from akka_training.engines.tasks.context import TaskContext, TaskError
-from akka_training.engines.tasks.preference_eval import pair_samples
+from akka_training.engines.tasks.preference_eval import REFERENCE_ADAPTER, pair_samples
 from akka_training.rewards.bundles import unpack_bundle
 from akka_training.rewards.inputs import RewardSetupError, RolloutInput, prompt_text
 from akka_training.rewards.scorer import RewardScorer
@@ -163,12 +164,16 @@ def _evaluate_pairs(
     with telemetry.phase("load"):
         task.progress(f"loading the base model {params.base_model.id}")
         tokenizer, model = _load(task, params)
+        reference = params.reference or BASE_REFERENCE
+        adapter = _load_reference(task, model, reference)
     with telemetry.phase("score"):
         task.progress("scoring pairs", 0, len(examples))
-        samples = pair_samples(tokenizer, model, examples, metric.name)
+        samples = pair_samples(tokenizer, model, examples, metric.name, adapter)
         telemetry.scored(len(samples))
         task.progress("scoring pairs", len(examples), len(examples))
-    values = [_metric(metric, samples, [], 1)]
+    values = [
+        _metric(metric, samples, [], 1).model_copy(update={"reference": reference.describe()})
+    ]
     telemetry.results((v.name, v.mean, v.low, v.high) for v in values)
     with telemetry.phase("save"):
         body = "".join(json.dumps(s, sort_keys=True) + "\n" for s in samples).encode()
@@ -256,6 +261,28 @@ def _metric(
         stderr=stderr,
         count=len(numbers),
     )
+
+
+def _load_reference(task: TaskContext, model: Any, reference: ReferencePin) -> str | None:
+    """Load a preference metric's reference adapter beside the evaluated one (its name), or
+    None where the reference is the base model (the adapter disabled)."""
+    if reference.kind == "base-model" or reference.weights is None:
+        return None
+    task.progress("fetching the reference adapter")
+    try:
+        directory = download_adapter(task.store, reference.weights, task.workdir / "reference")
+    except SourceUnavailable as exc:
+        raise TaskError(
+            f"the reference adapter ({reference.describe()}) could not be read: {exc}"
+        ) from exc
+    if not isinstance(model, PeftModel):
+        raise TaskError(
+            f"the reference is an adapter ({reference.describe()}) but the evaluated model has "
+            "none; evaluate a run's adapter, or set reference: base-model"
+        )
+    model.load_adapter(str(directory), adapter_name=REFERENCE_ADAPTER)
+    model.eval()
+    return REFERENCE_ADAPTER
 
 
 def _load(task: TaskContext, params: EvaluateParams) -> tuple[Any, Any]:

@@ -1,24 +1,34 @@
 """The preference share of an evaluation (`core.evaluations.PreferenceMetric`): for every pair
 of a preference dataset, the log-probabilities of the chosen and the rejected answer under the
-evaluated model and under the base model (the adapter disabled), tokenised as TRL's DPO
-tokenises them; a pair counts 1 when the model's margin against the base model is above 0,
-1/2 at 0, 0 below.
+evaluated model and under its reference, tokenised as TRL's DPO tokenises them; a pair counts 1
+when the model's margin against the reference is above 0, 1/2 at 0, 0 below. The reference is
+the base model (the adapter disabled) or a second adapter loaded beside the evaluated one (a
+dpo run's own reference, such as the SFT adapter it started from).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from akka_training.engines.data import Message
 
+# The name a reference adapter is loaded under, beside the evaluated adapter.
+REFERENCE_ADAPTER = "reference"
+
 
 def pair_samples(
-    tokenizer: Any, model: Any, examples: list[dict[str, Any]], name: str
+    tokenizer: Any,
+    model: Any,
+    examples: list[dict[str, Any]],
+    name: str,
+    reference_adapter: str | None = None,
 ) -> list[dict[str, Any]]:
-    """One scored sample per pair, in the dataset's order, its value under `name`."""
+    """One scored sample per pair, in the dataset's order, its value under `name`. The
+    reference is the adapter `reference_adapter` of `model`, or with None the base model."""
     samples = []
     for index, example in enumerate(examples):
         prompt, chosen, rejected = _split(example)
@@ -26,7 +36,7 @@ def pair_samples(
             _logp(tokenizer, model, prompt, chosen),
             _logp(tokenizer, model, prompt, rejected),
         )
-        with _reference(model):
+        with _reference(model, reference_adapter):
             base = (
                 _logp(tokenizer, model, prompt, chosen),
                 _logp(tokenizer, model, prompt, rejected),
@@ -55,10 +65,23 @@ def pair_samples(
     return samples
 
 
-def _reference(model: Any) -> contextlib.AbstractContextManager[Any]:
-    """The base model: the adapter disabled (the model itself when it has none)."""
+def _reference(model: Any, adapter: str | None) -> contextlib.AbstractContextManager[Any]:
+    """The reference: the named adapter, or the base model (the adapter disabled; the model
+    itself when it has none)."""
+    if adapter is not None:
+        return _using(model, adapter)
     disable = getattr(model, "disable_adapter", None)
     return disable() if callable(disable) else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _using(model: Any, adapter: str) -> Iterator[None]:
+    active = model.active_adapter
+    model.set_adapter(adapter)
+    try:
+        yield
+    finally:
+        model.set_adapter(active)
 
 
 def _split(example: dict[str, Any]) -> tuple[Any, Any, Any]:

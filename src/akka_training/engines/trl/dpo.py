@@ -11,6 +11,12 @@ run, a branch from a snapshot) loads it trainable under PEFT's ``default`` name,
 a frozen copy of it under the name ``ref`` beside it on the same base: the reference is that
 adapter, not the base model. Either way the first step's rewards are exactly 0.
 
+A continuation (`runs continue`) starts its policy from a snapshot's adapter, which TRL would
+copy as the reference; its settings record the reference of the run it continues
+(`Settings.reference`), and that is put back before it trains: the ``ref`` adapter is loaded
+with the recorded adapter's weights, or dropped when the reference is the base model. Its
+figures then go on as the uninterrupted run's would have.
+
 The pairs are tokenised by TRL (its chat template for messages); a pair whose prompt alone fills
 ``maxSeqLength`` is dropped by TRL, a longer prompt then keeps its last
 ``preference.maxPromptLength`` tokens (the end, next to the answers), and the collator cuts
@@ -23,6 +29,7 @@ import math
 from typing import Any
 
 from datasets import Dataset
+from peft.utils import load_peft_weights, set_peft_model_state_dict
 from trl.trainer.dpo_config import DPOConfig
 from trl.trainer.dpo_trainer import DPOTrainer
 
@@ -32,9 +39,10 @@ from akka_training.engines.adapters import adapted_modules
 from akka_training.engines.context import JobContext, Outcome
 from akka_training.engines.data import preference_examples, read_rows
 from akka_training.engines.datafit import PaddingMeter, PairFit, pair_fit
-from akka_training.engines.failures import DataError
+from akka_training.engines.failures import DataError, SourceUnavailable
 from akka_training.engines.flops import flop_parameters, peak_flops
 from akka_training.engines.memory import StepMemory
+from akka_training.engines.snapshots import download_adapter
 from akka_training.engines.step_pipeline import StepPipeline
 from akka_training.engines.trl.common import (
     StopAt,
@@ -65,6 +73,8 @@ PREFERENCE_FIGURES = (
     "logps/chosen",
     "logps/rejected",
 )
+# The name TRL gives the frozen copy of a stored adapter it takes as the reference.
+REFERENCE_ADAPTER = "ref"
 LOGGED = ("loss", "grad_norm", "learning_rate", *PREFERENCE_FIGURES)
 
 
@@ -120,6 +130,7 @@ def run(job: JobContext) -> Outcome:
         processing_class=processing,
         peft_config=peft_config,
     )
+    _keep_reference(job, trainer.model)
     prepared = trainer.train_dataset
     assert isinstance(prepared, Dataset)
     fit = pair_fit(len(examples), _lengths(prepared), max_length, max_prompt)
@@ -174,6 +185,33 @@ def run(job: JobContext) -> Outcome:
     trainer.save_model(str(adapter_dir))
     summary = JobSummary(loss=reporting.last.get("loss"))
     return Outcome(step=step, adapter_dir=adapter_dir, adapter_modules=modules, summary=summary)
+
+
+def _keep_reference(job: JobContext, model: Any) -> None:
+    """A continuation's reference is the one its settings record (the run it continues was
+    measured against it), not the snapshot's adapter TRL copied as ``ref``."""
+    settings = job.spec.settings
+    source = settings.source
+    if source is None or source.kind != "continue":
+        return  # TRL's reference is already the adapter the run starts from, or the base model
+    reference = settings.reference
+    if reference is None:
+        raise SourceUnavailable(
+            f"the continuation of run {source.run} records no reference policy; continue it "
+            "again (the service records the reference of the run it continues)"
+        )
+    if reference.kind == "base-model" or reference.weights is None:
+        model.delete_adapter(REFERENCE_ADAPTER)  # the adapter disabled: the base model
+        return
+    directory = download_adapter(job.store, reference.weights, job.workdir / "reference-adapter")
+    weights = load_peft_weights(str(directory), device=str(model.device))
+    loaded = set_peft_model_state_dict(model, weights, adapter_name=REFERENCE_ADAPTER)
+    unexpected: list[str] = list(getattr(loaded, "unexpected_keys", []))
+    if unexpected:
+        raise SourceUnavailable(
+            f"the reference adapter at {reference.weights} does not fit the snapshot's adapter "
+            f"(it holds {len(unexpected)} weights the snapshot's has not)"
+        )
 
 
 def _lengths(prepared: Dataset) -> list[tuple[int, int, int]]:

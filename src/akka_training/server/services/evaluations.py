@@ -26,6 +26,7 @@ from akka_training.core.evaluations import (
     EvaluateParams,
     EvaluationPlan,
     EvaluationResult,
+    PreferenceMetric,
     read_evaluation,
 )
 from akka_training.core.evaluations import (
@@ -33,7 +34,13 @@ from akka_training.core.evaluations import (
 )
 from akka_training.core.phases import Phase
 from akka_training.core.plans import RuleTerm
-from akka_training.core.resolved import BaseModelPin, BundlePin
+from akka_training.core.resolved import (
+    BASE_REFERENCE,
+    BaseModelPin,
+    BundlePin,
+    ReferencePin,
+    recorded_reference,
+)
 from akka_training.core.states import ClaimState, TaskState
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
@@ -159,7 +166,7 @@ def check(
                 )
             )
     dataset_ref, dataset_blob = _dataset(session, principal, plan, pin, problems)
-    adapter, tokenizer, run_id = _source(session, principal, plan, problems)
+    adapter, tokenizer, run_id, own_reference = _source(session, principal, plan, problems)
     bundles = _bundles(session, principal, plan, problems)
     if problems or pin is None:
         raise PlanRefused(problems, "evaluation plan")
@@ -177,6 +184,7 @@ def check(
         samples=blobkeys.evaluation_samples(evaluation_id),
         seed=plan.seed,
         gpus=plan.execution.gpus,
+        reference=_reference(plan, own_reference),
     )
     return Checked(params, pool, run_id, plan.execution.gpus)
 
@@ -303,6 +311,7 @@ def _metric(m: MetricResult) -> MetricValue:
         high=m.high,
         stderr=m.stderr,
         count=m.count,
+        reference=m.reference,
     )
 
 
@@ -367,17 +376,28 @@ def _dataset(
     return ref, version.blob
 
 
+def _reference(plan: EvaluationPlan, own: ReferencePin) -> ReferencePin | None:
+    """What a preference metric measures against: the evaluated run's own reference, or the
+    base model where the metric asks for it; None without a preference metric."""
+    metric = next((m for m in plan.metrics if isinstance(m, PreferenceMetric)), None)
+    if metric is None:
+        return None
+    return BASE_REFERENCE if metric.reference == "base-model" else own
+
+
 def _source(
     session: Session, principal: Principal, plan: EvaluationPlan, problems: list[Problem]
-) -> tuple[str | None, str | None, str | None]:
-    """(adapter blob prefix, tokenizer prefix, run id) of the plan's source."""
+) -> tuple[str | None, str | None, str | None, ReferencePin]:
+    """(adapter blob prefix, tokenizer prefix, run id, the run's own reference) of the plan's
+    source. A dpo run's own reference is the one it trained against; any other run's, and the
+    base model's, is the base model."""
     if plan.source is None:
-        return None, None, None
+        return None, None, None, BASE_REFERENCE
     try:
         run = find_run(session, plan.source.run, principal)
     except AkkaError as exc:
         problems.append(Problem("source.run", f"source.run: {exc.message}"))
-        return None, None, None
+        return None, None, None, BASE_REFERENCE
     if run.project != plan.project:
         problems.append(
             Problem(
@@ -386,7 +406,7 @@ def _source(
                 f"it in its own project (project: {run.project}).",
             )
         )
-        return None, None, None
+        return None, None, None, BASE_REFERENCE
     if run.base_model != plan.base_model:
         problems.append(
             Problem(
@@ -396,7 +416,8 @@ def _source(
             )
         )
     weights = _weights(session, run, plan.source.snapshot, problems)
-    return weights, blobkeys.tokenizer_prefix(run.id), run.id
+    own = recorded_reference(run.settings or {}) if run.method == "dpo" else BASE_REFERENCE
+    return weights, blobkeys.tokenizer_prefix(run.id), run.id, own
 
 
 def _weights(

@@ -23,7 +23,14 @@ from akka_training.core.parsing import salvage
 from akka_training.core.phases import Phase
 from akka_training.core.plans import RL_METHODS, RuleTerm, RunPlan
 from akka_training.core.refs import stage_of
-from akka_training.core.resolved import BaseModelPin, BundlePin, DatasetPin, Settings, SourcePin
+from akka_training.core.resolved import (
+    BaseModelPin,
+    BundlePin,
+    DatasetPin,
+    Settings,
+    SourcePin,
+    dpo_reference,
+)
 from akka_training.core.validation import Checked, DatasetInfo, PoolInfo, SourceInfo, validate
 from akka_training.deployment.context import AppContext
 from akka_training.server.auth import Principal
@@ -156,9 +163,10 @@ def check_run(
         if source_run_id:
             found = _source(session, principal, plan, source_run_id, problems)
             if found is not None:
-                source, pin = found
+                source, pin, source_settings = found
                 source_lora = source.lora
                 pins["source"] = pin
+                pins["sourceSettings"] = source_settings
 
     method = plan.config.method
     rl_engine = ctx.engine
@@ -210,6 +218,7 @@ def build_settings(ctx: AppContext, checked: Checked, pins: dict[str, object]) -
     dataset = pins.get("dataset")
     assert isinstance(dataset, DatasetPin), "a pipeline stage on a stage's output is resolved later"
     source = pins.get("source")
+    source_pin = source if isinstance(source, SourcePin) else None
     config = plan.config.model_copy(deep=True)
     # The resolved config pins the dataset by hash: submitted again, it trains on the same rows.
     config.dataset = f"{dataset.name}@sha256:{dataset.sha256}"
@@ -223,7 +232,12 @@ def build_settings(ctx: AppContext, checked: Checked, pins: dict[str, object]) -
         base_model=model_pin(model),
         dataset=dataset,
         eval_dataset=eval_pin if isinstance(eval_pin, DatasetPin) else None,
-        source=source if isinstance(source, SourcePin) else None,
+        source=source_pin,
+        reference=(
+            dpo_reference(source_pin, _settings_of(pins.get("sourceSettings")))
+            if plan.config.method == "dpo"
+            else None
+        ),
         bundles=pins.get("bundles") or {},  # type: ignore[arg-type]
         config=config,
         execution=plan.execution,
@@ -399,7 +413,9 @@ def _source(
     plan: RunPlan,
     run_id: str,
     problems: list[Problem],
-) -> tuple[SourceInfo, SourcePin] | None:
+) -> tuple[SourceInfo, SourcePin, dict[str, Any]] | None:
+    """The source's facts, its pin and the source run's resolved settings (where a dpo
+    continuation finds the reference it keeps)."""
     assert plan.source is not None
     try:
         run = find_run(session, run_id, principal)
@@ -451,7 +467,7 @@ def _source(
             lora_rank=lora.rank if lora else None,
             lora_alpha=lora.alpha if lora else None,
         )
-        return info, pin
+        return info, pin, dict(run.settings or {})
     snapshot = session.get(Snapshot, (run.id, snapshot_name))
     if snapshot is None or snapshot.swept_at is not None:
         names = session.scalars(
@@ -488,7 +504,11 @@ def _source(
         lora_rank=lora.rank if lora else None,
         lora_alpha=lora.alpha if lora else None,
     )
-    return info, pin
+    return info, pin, dict(run.settings or {})
+
+
+def _settings_of(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _gpus_of(settings: dict[str, object] | None) -> int | None:

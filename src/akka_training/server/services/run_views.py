@@ -30,6 +30,7 @@ from akka_training.core.failures import FailureReason, failure_text
 from akka_training.core.monitors import verdicts
 from akka_training.core.phases import TERMINAL, Phase
 from akka_training.core.plans import Monitors
+from akka_training.core.resolved import recorded_reference
 from akka_training.core.states import ClaimState
 from akka_training.deployment.context import AppContext
 from akka_training.server.services.projects import held_devices
@@ -152,6 +153,7 @@ def _preference(run: Run) -> Preference | None:
         rewards_accuracies=f.get("rewards/accuracies"),
         logps_chosen=f.get("logps/chosen"),
         logps_rejected=f.get("logps/rejected"),
+        reference=recorded_reference(run.settings or {}).describe(),
     )
 
 
