@@ -286,7 +286,7 @@ def test_a_session_outlives_the_trainer_process(
     assert info["model_id"] == run_id
     held = call(api, key, f"/sessions/{session_id}").json()
     assert held["training_run_ids"] == [run_id]
-    assert held["user_metadata"] == {"project": "maths"}
+    assert held["user_metadata"] == {"project": "maths", "heartbeat_at": clock.now().isoformat()}
     assert call(api, key, "/sessions").json()["sessions"] == [session_id]
     # The session's project stays its own.
     foreign = call(api, keys["other"], "/session_heartbeat", {"session_id": session_id})
@@ -361,6 +361,7 @@ def test_a_session_whose_client_vanished_ends_after_a_restart(
     }
     assert call(api, key, f"/sessions/{session_id}").json()["user_metadata"] == {
         "project": "maths",
+        "heartbeat_at": "2026-01-01T00:00:00+00:00",
         "ended": "expired",
     }
 

@@ -271,13 +271,15 @@ def get_session(
     db: Session, principal: Principal, sessions: Sessions, session_id: str
 ) -> dict[str, Any]:
     """The session's training runs and the sampling clients it created (each answered by a
-    training run's job), with its project and whether it has ended."""
+    training run's job), with its project, the time of its latest heartbeat, and how it ended
+    if it has."""
     found = sessions.get(db, principal, session_id)
     return {
         "training_run_ids": [*found.runs],
         "sampler_ids": [*found.samplers],
         "user_metadata": {
             "project": found.project,
+            "heartbeat_at": _iso(found.beat_at),
             **({"ended": found.ended} if found.ended else {}),
         },
     }
