@@ -84,6 +84,7 @@ def create_app(settings: Settings, ctx: AppContext | None = None) -> FastAPI:
         controller = context.controller = Controller(context)
         controller.hooks.append(lambda: advance_all(context))
         controller.start()
+        tinker.start_sessions(app)
         try:
             yield
         finally:

@@ -351,3 +351,42 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(128))
     expires_at: Mapped[datetime] = mapped_column()
+
+
+class TinkerSession(Base):
+    """A session of the Tinker API (a `tinker.ServiceClient`), kept here so that it outlives the
+    service process that made it: any replica, or the same trainer after a restart, answers its
+    heartbeats and requests. `ended` says how it ended: ``closed`` (its client closed it) or
+    ``expired`` (no heartbeat for ``trainer.tinker.heartbeat-seconds``)."""
+
+    __tablename__ = "tinker_sessions"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name"), index=True)
+    # The token whose key created it.
+    token_id: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    beat_at: Mapped[datetime] = mapped_column()
+    ended: Mapped[str | None] = mapped_column(String(16))
+    ended_at: Mapped[datetime | None] = mapped_column()
+
+
+class TinkerClient(Base):
+    """A training client of a Tinker session: its run, and the model id the SDK named it by
+    when that is not the run id (``SESSION:train:SEQ``, a client made from saved weights)."""
+
+    __tablename__ = "tinker_clients"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("tinker_sessions.id"), index=True)
+    model_id: Mapped[str | None] = mapped_column(String(96), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TinkerSampler(Base):
+    """A sampling client of a Tinker session (``RUN:sampler:ADAPTER``): answered by RUN's job,
+    so it is routed again after a restart for as long as that job lives."""
+
+    __tablename__ = "tinker_samplers"
+    session_id: Mapped[str] = mapped_column(ForeignKey("tinker_sessions.id"), primary_key=True)
+    sampler_id: Mapped[str] = mapped_column(String(512), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

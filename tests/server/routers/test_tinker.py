@@ -4,6 +4,7 @@ tests/integration/test_tinker_api.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from akka_training.core.clock import ManualClock
+from akka_training.server.routers.tinker import start_sessions, stop_expiry
 from akka_training.server.services import tinker as service
 from akka_training.server.services import tinker_rest as rest
 from akka_training.storage.models import Event
@@ -40,6 +42,14 @@ def call(
 def keys(api: httpx.Client) -> dict[str, str]:
     assert api.post("/v1/projects", json={"name": "other"}).status_code in (200, 201)
     return {"maths": tinker_key(api, "maths")[1], "other": tinker_key(api, "other")[1]}
+
+
+def driven(trainer: InProcessTrainer) -> service.Sessions:
+    """The trainer's hold on the sessions, made now (as the service's start makes it), whose
+    expiry the test drives itself: the thread that would end sessions is stopped."""
+    held = start_sessions(trainer.app)
+    stop_expiry(trainer.app)
+    return held
 
 
 def session(api: httpx.Client, key: str) -> str:
@@ -190,6 +200,7 @@ def test_a_session_without_heartbeats_gives_its_devices_back(
 ) -> None:
     clock = ManualClock(wall=datetime(2026, 1, 1, tzinfo=UTC))
     trainer.ctx.clock = clock
+    held = driven(trainer)
     key = keys["maths"]
     session_id = session(api, key)
     created = call(
@@ -204,7 +215,6 @@ def test_a_session_without_heartbeats_gives_its_devices_back(
         },
     )
     run_id = created.json()["model_id"]
-    held: service.Sessions = trainer.app.state.tinker_sessions
 
     clock.advance(30)
     assert call(api, key, "/session_heartbeat", {"session_id": session_id}).status_code == 200
@@ -221,6 +231,165 @@ def test_a_session_without_heartbeats_gives_its_devices_back(
         f"Tinker session {session_id} sent no heartbeat for 60 s" in message for message in events
     )
     assert call(api, key, "/session_heartbeat", {"session_id": session_id}).status_code == 410
+
+
+def create_model(api: httpx.Client, key: str, session_id: str) -> str:
+    body = {
+        "session_id": session_id,
+        "model_seq_id": 0,
+        "base_model": "tiny-chat",
+        "lora_config": {"rank": 8},
+    }
+    created = call(api, key, "/create_model", body)
+    assert created.status_code == 200, created.text
+    run_id: str = created.json()["model_id"]
+    return run_id
+
+
+def restarted(
+    in_process_factory: Callable[..., InProcessTrainer], clock: ManualClock
+) -> InProcessTrainer:
+    """Another service process on the same database (the trainer started again, or a replica),
+    on `clock`."""
+    again = in_process_factory({"trainer": {"projects": [{"name": "maths", "quota": 2}]}})
+    again.ctx.clock = clock
+    return again
+
+
+def test_a_session_outlives_the_trainer_process(
+    trainer: InProcessTrainer,
+    in_process_factory: Callable[..., InProcessTrainer],
+    api: httpx.Client,
+    keys: dict[str, str],
+) -> None:
+    trainer.ctx.settings.trainer.tinker.creation_hold_seconds = 0.0
+    clock = ManualClock(wall=datetime(2026, 1, 1, tzinfo=UTC))
+    trainer.ctx.clock = clock
+    key = keys["maths"]
+    session_id = session(api, key)
+    run_id = create_model(api, key, session_id)
+    trainer.close()
+
+    # Down for longer than the heartbeat timeout: the time the trainer was down does not count
+    # against the session, whose client beats again once it answers.
+    clock.advance(300)
+    again = restarted(in_process_factory, clock)
+    again.ctx.settings.trainer.tinker.creation_hold_seconds = 0.0
+    held = driven(again)
+    api = again.client()
+    beat = call(api, key, "/session_heartbeat", {"session_id": session_id})
+    assert beat.json() == {"type": "session_heartbeat"}
+    assert service.expire(again.ctx, held) == []
+    waiting = call(api, key, "/retrieve_future", {"request_id": f"{run_id}:0"}).json()
+    assert waiting["type"] == "try_again"
+    info = call(api, key, "/get_info", {"model_id": run_id}).json()
+    assert info["model_id"] == run_id
+    held = call(api, key, f"/sessions/{session_id}").json()
+    assert held["training_run_ids"] == [run_id]
+    assert held["user_metadata"] == {"project": "maths", "heartbeat_at": clock.now().isoformat()}
+    assert call(api, key, "/sessions").json()["sessions"] == [session_id]
+    # The session's project stays its own.
+    foreign = call(api, keys["other"], "/session_heartbeat", {"session_id": session_id})
+    assert foreign.status_code == 404
+    assert (
+        f"There is no Tinker session {session_id!r} on this trainer"
+        in (foreign.json()["error"]["message"])
+    )
+    assert call(api, keys["other"], "/sessions").json()["sessions"] == []
+
+    # The restarted trainer's session takes new training clients, and its client closes it.
+    second = create_model(api, key, session_id)
+    held = call(api, key, f"/sessions/{session_id}").json()
+    assert held["training_run_ids"] == [run_id, second]
+    finish = call(api, key, f"/sessions/{session_id}/finish", {"reason": {"type": "success"}})
+    assert finish.status_code == 200
+    assert {api.get(f"/v1/runs/{r}").json()["phase"] for r in (run_id, second)} == {"CANCELLED"}
+    closed = call(api, key, "/session_heartbeat", {"session_id": session_id})
+    assert closed.status_code == 410
+    assert closed.json() == {"detail": f"Session {session_id} has finished."}
+    refused = call(
+        api,
+        key,
+        "/create_model",
+        {
+            "session_id": session_id,
+            "model_seq_id": 2,
+            "base_model": "tiny-chat",
+            "lora_config": {"rank": 8},
+        },
+    )
+    assert refused.status_code == 409
+    assert (
+        f"Session {session_id} has finished; create a new ServiceClient."
+        in (refused.json()["error"]["message"])
+    )
+
+
+def test_a_session_whose_client_vanished_ends_after_a_restart(
+    trainer: InProcessTrainer,
+    in_process_factory: Callable[..., InProcessTrainer],
+    api: httpx.Client,
+    keys: dict[str, str],
+) -> None:
+    clock = ManualClock(wall=datetime(2026, 1, 1, tzinfo=UTC))
+    trainer.ctx.clock = clock
+    key = keys["maths"]
+    session_id = session(api, key)
+    run_id = create_model(api, key, session_id)
+    trainer.close()
+
+    clock.advance(30)
+    again = restarted(in_process_factory, clock)
+    held = driven(again)  # as the restarted service starts, before any Tinker request
+    api = again.client()
+    clock.advance(59)  # within heartbeat-seconds (60) of the restart
+    assert service.expire(again.ctx, held) == []
+    clock.advance(2)
+    assert service.expire(again.ctx, held) == [session_id]
+    assert service.expire(again.ctx, held) == []  # ended once
+
+    assert api.get(f"/v1/runs/{run_id}").json()["phase"] == "CANCELLED"
+    with again.ctx.db.session() as db:
+        events = list(db.scalars(select(Event.message).where(Event.run_id == run_id)))
+    assert any(
+        f"Tinker session {session_id} sent no heartbeat for 60 s" in message for message in events
+    )
+    gone = call(api, key, "/session_heartbeat", {"session_id": session_id})
+    assert gone.status_code == 410
+    assert gone.json() == {
+        "detail": f"Session {session_id} has ended: it sent no heartbeat for 60 s."
+    }
+    assert call(api, key, f"/sessions/{session_id}").json()["user_metadata"] == {
+        "project": "maths",
+        "heartbeat_at": "2026-01-01T00:00:00+00:00",
+        "ended": "expired",
+    }
+
+
+def test_replicas_share_sessions_and_end_each_once(
+    trainer: InProcessTrainer,
+    in_process_factory: Callable[..., InProcessTrainer],
+    api: httpx.Client,
+    keys: dict[str, str],
+) -> None:
+    clock = ManualClock(wall=datetime(2026, 1, 1, tzinfo=UTC))
+    trainer.ctx.clock = clock
+    key = keys["maths"]
+    session_id = session(api, key)
+    create_model(api, key, session_id)
+    mine = driven(trainer)
+    replica = restarted(in_process_factory, clock)
+    theirs = driven(replica)
+    other_api = replica.client()
+
+    # Heartbeats through the replica keep the session alive here.
+    clock.advance(50)
+    assert call(other_api, key, "/session_heartbeat", {"session_id": session_id}).is_success
+    clock.advance(50)
+    assert service.expire(trainer.ctx, mine) == []
+    clock.advance(61)
+    assert service.expire(replica.ctx, theirs) == [session_id]
+    assert service.expire(trainer.ctx, mine) == []
 
 
 @pytest.mark.parametrize(

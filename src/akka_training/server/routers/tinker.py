@@ -27,15 +27,22 @@ _sessions_lock = threading.Lock()
 CREATION_POLL_SECONDS = 0.25
 
 
-def sessions(request: Request) -> service.Sessions:
-    """The app's sessions, made with the first Tinker request (and the thread that ends those
-    whose heartbeat stops)."""
+def start_sessions(app: Any) -> service.Sessions:
+    """The app's hold on the Tinker sessions (which live in the database), and the thread that
+    ends those whose heartbeat stops: made as the service starts (`server.app`), so that a
+    restarted trainer ends the sessions whose client vanished even if no Tinker request comes,
+    or else with the first Tinker request."""
     with _sessions_lock:
-        held: service.Sessions | None = getattr(request.app.state, "tinker_sessions", None)
+        held: service.Sessions | None = getattr(app.state, "tinker_sessions", None)
         if held is None:
-            held = request.app.state.tinker_sessions = service.Sessions()
-            request.app.state.tinker_expiry = service.Expiry(request.app.state.ctx, held)
+            ctx = app.state.ctx
+            held = app.state.tinker_sessions = service.Sessions(ctx.clock.now())
+            app.state.tinker_expiry = service.Expiry(ctx, held)
         return held
+
+
+def sessions(request: Request) -> service.Sessions:
+    return start_sessions(request.app)
 
 
 def key_holder(request: Request, ctx: Ctx) -> Principal:
@@ -95,7 +102,8 @@ async def create_session(
 @router.post("/session_heartbeat")
 async def session_heartbeat(request: Request, ctx: Ctx, held: HeldSessions, key: Key) -> Response:
     body = await request.json()
-    return _answer(service.heartbeat(ctx, held, key, str(body.get("session_id", ""))))
+    session_id = str(body.get("session_id", ""))
+    return _answer(await run_in_threadpool(service.heartbeat, ctx, held, key, session_id))
 
 
 @router.post("/sessions/{session_id}/finish")
@@ -249,13 +257,15 @@ async def weights_info(request: Request, db: Db, held: HeldSessions, key: Key) -
 
 
 @router.get("/sessions")
-def list_sessions(held: HeldSessions, key: Key, limit: int = 20, offset: int = 0) -> dict[str, Any]:
-    return rest.list_sessions(key, held, limit, offset)
+def list_sessions(
+    db: Db, held: HeldSessions, key: Key, limit: int = 20, offset: int = 0
+) -> dict[str, Any]:
+    return rest.list_sessions(db, key, held, limit, offset)
 
 
 @router.get("/sessions/{session_id}")
-def get_session(session_id: str, held: HeldSessions, key: Key) -> dict[str, Any]:
-    return rest.get_session(key, held, session_id)
+def get_session(session_id: str, db: Db, held: HeldSessions, key: Key) -> dict[str, Any]:
+    return rest.get_session(db, key, held, session_id)
 
 
 # What the trainer has no counterpart for: refused with what to use instead (a 400, which the SDK

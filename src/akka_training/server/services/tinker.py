@@ -3,8 +3,10 @@
 - **Keys.** The SDK sends its key as ``X-API-Key`` and accepts only keys that start with
   ``tml-``: a key is ``tml-`` followed by a token of this trainer (a project token, an admin
   token, or a login's access token), so it is scoped and revoked like that token.
-- **Sessions** live in the service's memory (`Sessions`): the project the session trains in,
-  its training clients' runs, its latest heartbeat. Finishing a session ends its runs.
+- **Sessions** live in the database (`Sessions`, `storage.models.TinkerSession`): the project
+  the session trains in, its latest heartbeat, its training clients' runs and its sampling
+  clients, so that a restarted trainer (or another replica) answers them. Finishing a session,
+  or its heartbeat stopping, ends its runs.
 - **Training clients are interactive runs** (`core.interactive`): ``create_model`` stores a run
   of method ``tinker`` in the session's project, with its claim on the pool, and the controller
   starts its job like any run's; the model id is the run id.
@@ -22,10 +24,11 @@ import logging
 import re
 import secrets
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from akka_training.core.catalog import CatalogModel
@@ -51,8 +54,10 @@ from akka_training.server.auth import Principal, authenticate
 from akka_training.server.job_routing import JobAddress, job_address, live_address, route
 from akka_training.server.services.plans import model_pin
 from akka_training.server.services.runs import cancel
+from akka_training.storage.db import Database
 from akka_training.storage.ids import new_id
-from akka_training.storage.models import Run, Snapshot
+from akka_training.storage.models import Run, Snapshot, TinkerClient, TinkerSampler
+from akka_training.storage.models import TinkerSession as SessionRow
 from akka_training.storage.transitions import event, open_claim
 
 log = logging.getLogger(__name__)
@@ -135,67 +140,147 @@ def capabilities(ctx: AppContext) -> dict[str, Any]:
 # --- sessions -------------------------------------------------------------------------------------
 
 
-@dataclass
-class TinkerSession:
+@dataclass(frozen=True)
+class SessionState:
+    """A session as the database holds it (`storage.models.TinkerSession`): its training
+    clients' runs, oldest first, and its sampling clients."""
+
     id: str
     project: str
     created_at: datetime
     beat_at: datetime
-    runs: list[str] = field(default_factory=list)
-    # The runs of the training clients created from saved weights, by the model id the SDK
-    # gives them itself (``SESSION:train:SEQ``).
-    models: dict[str, str] = field(default_factory=dict)
-    finished: bool = False
+    ended: str | None
+    runs: tuple[str, ...] = ()
+    samplers: tuple[str, ...] = ()
+
+    @property
+    def finished(self) -> bool:
+        return self.ended is not None
+
+
+CLOSED = "closed"
+EXPIRED = "expired"
+
+
+def _state(db: Session, row: SessionRow) -> SessionState:
+    runs = db.scalars(
+        select(TinkerClient.run_id)
+        .where(TinkerClient.session_id == row.id)
+        .order_by(TinkerClient.created_at, TinkerClient.run_id)
+    )
+    samplers = db.scalars(
+        select(TinkerSampler.sampler_id)
+        .where(TinkerSampler.session_id == row.id)
+        .order_by(TinkerSampler.created_at, TinkerSampler.sampler_id)
+    )
+    return SessionState(
+        row.id, row.project, row.created_at, row.beat_at, row.ended, tuple(runs), tuple(samplers)
+    )
 
 
 class Sessions:
-    """The sessions this service process holds."""
+    """The Tinker sessions. They live in the database, so that every service process (a
+    replica, or this trainer after a restart) answers them; this process keeps only the time it
+    began to (`since`: the time it was down does not count against a session's heartbeat) and
+    the secret that signs its download URLs (`tinker_rest.external_weights_urls`)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_id: dict[str, TinkerSession] = {}
-        # Signs the download URLs this process answers (`tinker_rest.external_weights_urls`).
+    def __init__(self, since: datetime) -> None:
+        self.since = since
         self.secret = secrets.token_bytes(32)
 
-    def add(self, project: str, now: datetime) -> TinkerSession:
-        made = TinkerSession(new_id("s"), project, now, now)
-        with self._lock:
-            self._by_id[made.id] = made
-        return made
+    def add(self, db: Session, principal: Principal, project: str, now: datetime) -> SessionState:
+        row = SessionRow(
+            id=new_id("s"),
+            project=project,
+            token_id=principal.token_id,
+            created_at=now,
+            beat_at=now,
+        )
+        db.add(row)
+        db.flush()
+        return _state(db, row)
 
-    def expired(self, now: datetime, timeout: timedelta) -> list[TinkerSession]:
-        """The sessions not finished whose latest heartbeat is older than `timeout`; each is
-        marked finished here, so that it is given back once."""
-        with self._lock:
-            gone = [s for s in self._by_id.values() if not s.finished and now - s.beat_at > timeout]
-            for found in gone:
-                found.finished = True
+    def get(self, db: Session, principal: Principal, session_id: str) -> SessionState:
+        row = db.get(SessionRow, session_id) if session_id else None
+        if row is None or not principal.can(row.project):
+            raise NotFound(
+                f"There is no Tinker session {session_id!r} on this trainer; create a new "
+                "ServiceClient."
+            )
+        return _state(db, row)
+
+    def beat(self, db: Session, session_id: str, now: datetime) -> None:
+        db.execute(
+            update(SessionRow)
+            .where(SessionRow.id == session_id, SessionRow.ended.is_(None))
+            .values(beat_at=now)
+        )
+
+    def end(self, db: Session, session_id: str, how: str, now: datetime) -> bool:
+        """Mark the session ended (`CLOSED`, `EXPIRED`) unless it has ended already: whether
+        this call ended it, so that one process, once, gives its runs back."""
+        ended = db.execute(
+            update(SessionRow)
+            .where(SessionRow.id == session_id, SessionRow.ended.is_(None))
+            .values(ended=how, ended_at=now)
+        )
+        return bool(getattr(ended, "rowcount", 0) == 1)
+
+    def expired(self, database: Database, now: datetime, timeout: timedelta) -> list[SessionState]:
+        """The sessions not ended whose latest heartbeat is older than `timeout`, each marked
+        ended (`EXPIRED`) here, by one process once. None while this process has answered for
+        less than `timeout`: a client that beat before a restart beats again within it."""
+        cutoff = now - timeout
+        if self.since > cutoff:
+            return []
+        with database.session() as db:
+            stale = list(
+                db.scalars(
+                    select(SessionRow.id).where(
+                        SessionRow.ended.is_(None), SessionRow.beat_at < cutoff
+                    )
+                )
+            )
+        gone = []
+        for session_id in stale:
+            with database.session() as db:
+                if self.end(db, session_id, EXPIRED, now):
+                    row = db.get(SessionRow, session_id)
+                    assert row is not None
+                    gone.append(_state(db, row))
         return gone
 
-    def visible(self, principal: Principal) -> list[TinkerSession]:
-        """The sessions of the projects `principal` may use, newest first."""
-        with self._lock:
-            held = [s for s in self._by_id.values() if principal.can(s.project)]
-        return sorted(held, key=lambda s: s.created_at, reverse=True)
+    def visible(self, db: Session, principal: Principal, limit: int, offset: int) -> list[str]:
+        """The ids of the sessions of the projects `principal` may use, newest first."""
+        query = select(SessionRow.id)
+        if principal.projects is not None:
+            query = query.where(SessionRow.project.in_(principal.projects))
+        query = query.order_by(SessionRow.created_at.desc(), SessionRow.id)
+        return list(db.scalars(query.limit(limit).offset(offset)))
 
-    def run_of(self, model_id: str) -> str:
+    def run_of(self, db: Session, model_id: str) -> str:
         """The run of a model id: the run id itself, or a session's ``SESSION:train:SEQ``."""
-        session_id, marker, _ = model_id.partition(":train:")
-        if not marker:
+        if ":train:" not in model_id:
             return model_id
-        with self._lock:
-            found = self._by_id.get(session_id)
-        return (found.models.get(model_id) if found is not None else None) or model_id
+        found = db.scalar(select(TinkerClient.run_id).where(TinkerClient.model_id == model_id))
+        return found or model_id
 
-    def get(self, principal: Principal, session_id: str) -> TinkerSession:
-        with self._lock:
-            found = self._by_id.get(session_id)
-        if found is None or not principal.can(found.project):
-            raise NotFound(
-                f"There is no Tinker session {session_id!r} (a trainer restart ends sessions); "
-                "create a new ServiceClient."
+    def add_client(
+        self, db: Session, session_id: str, run_id: str, model_id: str | None, now: datetime
+    ) -> None:
+        db.add(
+            TinkerClient(run_id=run_id, session_id=session_id, model_id=model_id, created_at=now)
+        )
+
+    def add_sampler(
+        self, db: Session, session_id: str, sampler_id: str, run_id: str, now: datetime
+    ) -> None:
+        if db.get(TinkerSampler, (session_id, sampler_id)) is None:
+            db.add(
+                TinkerSampler(
+                    session_id=session_id, sampler_id=sampler_id, run_id=run_id, created_at=now
+                )
             )
-        return found
 
 
 def create_session(
@@ -210,23 +295,37 @@ def create_session(
             )
         project = principal.projects[0]
     principal.require(str(project))
-    made = sessions.add(str(project), ctx.clock.now())
+    made = sessions.add(db, principal, str(project), ctx.clock.now())
     return {"type": "create_session", "session_id": made.id}
 
 
-def heartbeat(ctx: AppContext, sessions: Sessions, principal: Principal, session_id: str) -> Answer:
-    found = sessions.get(principal, session_id)
+def _ended_words(ctx: AppContext, found: SessionState) -> str:
+    if found.ended == EXPIRED:
+        seconds = int(ctx.settings.trainer.tinker.heartbeat_seconds)
+        return f"Session {found.id} has ended: it sent no heartbeat for {seconds} s"
+    return f"Session {found.id} has finished"
+
+
+def _open(ctx: AppContext, found: SessionState) -> None:
     if found.finished:
-        return Answer.of({"detail": f"Session {session_id} has finished."}, status=410)
-    found.beat_at = ctx.clock.now()
-    return Answer.of({"type": "session_heartbeat"})
+        raise Conflict(f"{_ended_words(ctx, found)}; create a new ServiceClient.")
+
+
+def heartbeat(ctx: AppContext, sessions: Sessions, principal: Principal, session_id: str) -> Answer:
+    with ctx.db.session() as db:
+        found = sessions.get(db, principal, session_id)
+        if not found.finished:
+            sessions.beat(db, found.id, ctx.clock.now())
+            return Answer.of({"type": "session_heartbeat"})
+    return Answer.of({"detail": f"{_ended_words(ctx, found)}."}, status=410)
 
 
 def finish(ctx: AppContext, sessions: Sessions, principal: Principal, session_id: str) -> None:
     """End the session: each of its runs that is training saves its adapter and completes; one
     still waiting for its devices is cancelled."""
-    found = sessions.get(principal, session_id)
-    found.finished = True
+    with ctx.db.session() as db:
+        found = sessions.get(db, principal, session_id)
+        sessions.end(db, found.id, CLOSED, ctx.clock.now())
     _end_runs(ctx, found, principal)
 
 
@@ -234,7 +333,7 @@ def expire(ctx: AppContext, sessions: Sessions) -> list[str]:
     """End the sessions whose client stopped its heartbeat (`trainer.tinker.heartbeat-seconds`)
     as `finish` would; their ids."""
     timeout = timedelta(seconds=ctx.settings.trainer.tinker.heartbeat_seconds)
-    gone = sessions.expired(ctx.clock.now(), timeout)
+    gone = sessions.expired(ctx.db, ctx.clock.now(), timeout)
     for found in gone:
         for run_id in found.runs:
             with ctx.db.session() as db:
@@ -242,7 +341,7 @@ def expire(ctx: AppContext, sessions: Sessions) -> list[str]:
                     db,
                     run_id,
                     "session",
-                    f"Tinker session {found.id} sent no heartbeat for {timeout.seconds} s; "
+                    f"Tinker session {found.id} sent no heartbeat for {int(timeout.total_seconds())} s; "
                     "its run ends and gives its devices back",
                 )
                 db.commit()
@@ -251,7 +350,7 @@ def expire(ctx: AppContext, sessions: Sessions) -> list[str]:
     return [found.id for found in gone]
 
 
-def _end_runs(ctx: AppContext, found: TinkerSession, principal: Principal) -> None:
+def _end_runs(ctx: AppContext, found: SessionState, principal: Principal) -> None:
     for run_id in found.runs:
         with ctx.db.session() as db:
             run = db.get(Run, run_id)
@@ -305,9 +404,8 @@ def _catalog_model(ctx: AppContext, name: str) -> CatalogModel:
 def create_model(
     db: Session, ctx: AppContext, sessions: Sessions, principal: Principal, body: dict[str, Any]
 ) -> dict[str, Any]:
-    found = sessions.get(principal, str(body.get("session_id", "")))
-    if found.finished:
-        raise Conflict(f"Session {found.id} has finished; create a new ServiceClient.")
+    found = sessions.get(db, principal, str(body.get("session_id", "")))
+    _open(ctx, found)
     principal.require(found.project)
     model = _catalog_model(ctx, str(body.get("base_model", "")))
     lora = body.get("lora_config")
@@ -316,7 +414,9 @@ def create_model(
             "Only LoRA training clients are supported: use create_lora_training_client."
         )
     _adam_only(body)
-    run = _create_run(db, ctx, found, model, InteractiveLora.model_validate(lora), None, body)
+    run = _create_run(
+        db, ctx, sessions, found, model, InteractiveLora.model_validate(lora), None, body, None
+    )
     return {"request_id": f"{run.id}:0", "model_id": run.id}
 
 
@@ -332,10 +432,14 @@ def create_from_state(
     """A training client that starts from saved weights (`create_training_client_from_state`
     and its ``_with_optimizer`` twin): a new run, of the saved run's base model and adapter,
     whose job loads the weights before its first request."""
-    found = sessions.get(principal, str(body.get("session_id", "")))
-    if found.finished:
-        raise Conflict(f"Session {found.id} has finished; create a new ServiceClient.")
+    found = sessions.get(db, principal, str(body.get("session_id", "")))
+    _open(ctx, found)
     principal.require(found.project)
+    model_id = f"{found.id}:train:{int(body.get('model_seq_id') or 0)}"
+    made = sessions.run_of(db, model_id)
+    if made != model_id:
+        # Asked again (the SDK retries a request whose answer it lost): the same client.
+        return {"request_id": f"{made}:0", "model_id": model_id}
     path = str(body.get("path", ""))
     source_run = _check_readable(db, principal, path)
     source = InteractiveSettings.model_validate(source_run.settings)
@@ -344,26 +448,30 @@ def create_from_state(
     run = _create_run(
         db,
         ctx,
+        sessions,
         found,
         _catalog_model(ctx, source.base_model.id),
         source.lora,
         InteractiveSource(path=path, optimizer=bool(body.get("optimizer"))),
         body,
+        model_id,
     )
-    model_id = f"{found.id}:train:{int(body.get('model_seq_id') or 0)}"
-    found.models[model_id] = run.id
     return {"request_id": f"{run.id}:0", "model_id": model_id}
 
 
 def _create_run(
     db: Session,
     ctx: AppContext,
-    found: TinkerSession,
+    sessions: Sessions,
+    found: SessionState,
     model: CatalogModel,
     lora: InteractiveLora,
     source: InteractiveSource | None,
     body: dict[str, Any],
+    model_id: str | None,
 ) -> Run:
+    """The run of a new training client, with its claim on the pool, recorded as a client of
+    the session (by `model_id` when the SDK names the client itself)."""
     settings = InteractiveSettings(
         project=found.project,
         base_model=model_pin(model),
@@ -402,7 +510,7 @@ def _create_run(
         "submitted",
         f"submitted {INTERACTIVE_METHOD} on {model.id} (session {found.id})",
     )
-    found.runs.append(run.id)
+    sessions.add_client(db, found.id, run.id, model_id, now)
     db.commit()
     return run
 
@@ -424,7 +532,7 @@ def get_info(
     """The model's names; its tokenizer is named by the catalog's Hugging Face name where the
     catalog gives one (so the SDK's ``get_tokenizer`` finds it on the Hub or in a local Hub
     cache), else by its catalog id."""
-    run = _run(db, principal, sessions.run_of(model_id))
+    run = _run(db, principal, sessions.run_of(db, model_id))
     settings = InteractiveSettings.model_validate(run.settings)
     hub = next((m.hub_id for m in ctx.catalog if m.id == settings.base_model.id), None)
     return {
@@ -505,7 +613,7 @@ def submit(
             with ctx.db.session() as db:
                 return Answer.of(create_from_state(db, ctx, sessions, principal, fields))
     with ctx.db.session() as db:
-        run = _run(db, principal, sessions.run_of(model_id))
+        run = _run(db, principal, sessions.run_of(db, model_id))
         if kind == "load_weights":
             _check_readable(db, principal, str(json.loads(body).get("path", "")))
         address = live_address(db, run)
@@ -582,9 +690,8 @@ def create_sampling_session(
 ) -> dict[str, Any]:
     """A sampling client: of sampler weights a run's job holds (``tinker://RUN/sampler_weights/
     NAME``), or of a base model, answered by a training client of that model in the session."""
-    found = sessions.get(principal, str(body.get("session_id", "")))
-    if found.finished:
-        raise Conflict(f"Session {found.id} has finished; create a new ServiceClient.")
+    found = sessions.get(db, principal, str(body.get("session_id", "")))
+    _open(ctx, found)
     path = body.get("model_path")
     if path:
         saved = SAMPLER_PATH.match(str(path))
@@ -599,10 +706,7 @@ def create_sampling_session(
             )
         run = _run(db, principal, saved.group(1))
         live_address(db, run)
-        return {
-            "type": "create_sampling_session",
-            "sampling_session_id": _sampler_id(run.id, saved.group(2)),
-        }
+        return _sampling_session(db, ctx, sessions, found, run.id, saved.group(2))
     name = str(body.get("base_model") or "")
     model = _catalog_model(ctx, name)
     for run_id in found.runs:
@@ -613,14 +717,24 @@ def create_sampling_session(
             and held.phase == Phase.TRAINING.value
             and job_address(db, held) is not None
         ):
-            return {
-                "type": "create_sampling_session",
-                "sampling_session_id": _sampler_id(held.id, BASE),
-            }
+            return _sampling_session(db, ctx, sessions, found, held.id, BASE)
     raise Conflict(
         f"Sampling the base model {name!r} needs a training client of it in this session, "
         "whose job holds the model: create one with create_lora_training_client first."
     )
+
+
+def _sampling_session(
+    db: Session,
+    ctx: AppContext,
+    sessions: Sessions,
+    found: SessionState,
+    run_id: str,
+    adapter: str,
+) -> dict[str, Any]:
+    sampler_id = _sampler_id(run_id, adapter)
+    sessions.add_sampler(db, found.id, sampler_id, run_id, ctx.clock.now())
+    return {"type": "create_sampling_session", "sampling_session_id": sampler_id}
 
 
 def _sampler_id(run_id: str, adapter: str) -> str:

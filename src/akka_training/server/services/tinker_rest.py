@@ -63,7 +63,7 @@ def _projects(principal: Principal, project: str | None) -> tuple[str, ...] | No
 
 
 def _run(db: Session, principal: Principal, sessions: Sessions, run_id: str) -> Run:
-    run = db.get(Run, sessions.run_of(run_id))
+    run = db.get(Run, sessions.run_of(db, run_id))
     if run is None or run.method != INTERACTIVE_METHOD:
         raise NotFound(f"There is no training run {run_id!r} on this trainer.")
     if not principal.can(run.project):
@@ -267,23 +267,30 @@ def open_signed(
 # --- sessions -------------------------------------------------------------------------------------
 
 
-def get_session(principal: Principal, sessions: Sessions, session_id: str) -> dict[str, Any]:
-    """The session's training runs; its sampling clients are not kept apart from them (each is
-    answered by a training run's job)."""
-    found = sessions.get(principal, session_id)
+def get_session(
+    db: Session, principal: Principal, sessions: Sessions, session_id: str
+) -> dict[str, Any]:
+    """The session's training runs and the sampling clients it created (each answered by a
+    training run's job), with its project, the time of its latest heartbeat, and how it ended
+    if it has."""
+    found = sessions.get(db, principal, session_id)
     return {
         "training_run_ids": [*found.runs],
-        "sampler_ids": [],
-        "user_metadata": {"project": found.project},
+        "sampler_ids": [*found.samplers],
+        "user_metadata": {
+            "project": found.project,
+            "heartbeat_at": _iso(found.beat_at),
+            **({"ended": found.ended} if found.ended else {}),
+        },
     }
 
 
 def list_sessions(
-    principal: Principal, sessions: Sessions, limit: int, offset: int
+    db: Session, principal: Principal, sessions: Sessions, limit: int, offset: int
 ) -> dict[str, Any]:
     limit, offset = _page(limit, offset)
-    mine = sessions.visible(principal)
-    return {"sessions": [s.id for s in mine[offset : offset + limit]]}
+    principal.refuse_reporters()
+    return {"sessions": sessions.visible(db, principal, limit, offset)}
 
 
 # --- what the trainer does not do -----------------------------------------------------------------
