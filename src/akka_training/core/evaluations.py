@@ -37,6 +37,7 @@ from akka_training.core.plans import (
     RuleTerm,
 )
 from akka_training.core.resolved import BaseModelPin, BundlePin
+from akka_training.core.serving import ServingEngine
 
 EVALUATE = "evaluate"
 REWARD_KINDS = ("match", "regex", "length", "judge", "http", "rule")
@@ -141,6 +142,10 @@ class EvaluateParams(PlanModel):
     samples: str  # blob key the scored samples are written to (JSONL)
     seed: int = 42
     gpus: int = 1  # the devices its claim holds
+    # What generates its completions, as for endpoints (`trainer.endpoints.engine`), and the
+    # interpreter of vLLM's environment (`trainer.endpoints.vllm-python`).
+    engine: ServingEngine = "auto"
+    vllm_python: str | None = None
 
 
 class MetricValue(PlanModel):
@@ -162,6 +167,9 @@ class EvaluationResult(PlanModel):
     samples: str
     sample_count: int
     prompts: int
+    # What generated the completions: `vllm` or `transformers`; None: nothing generated (a
+    # preference evaluation), or a result from before engines were named.
+    engine: str | None = None
 
 
 def parse_evaluation(data: dict[str, Any]) -> EvaluationPlan:

@@ -177,6 +177,8 @@ def check(
         samples=blobkeys.evaluation_samples(evaluation_id),
         seed=plan.seed,
         gpus=plan.execution.gpus,
+        engine=ctx.settings.trainer.endpoints.engine,
+        vllm_python=ctx.settings.trainer.endpoints.vllm_python,
     )
     return Checked(params, pool, run_id, plan.execution.gpus)
 
@@ -281,6 +283,7 @@ def evaluation_record(task: Task) -> EvaluationRecord:
         metrics=[_metric(m) for m in result.metrics] if result else None,
         sample_count=result.sample_count if result else None,
         prompts=result.prompts if result else None,
+        engine=result.engine if result else None,
         pool=task.pool,
         gpus=params.gpus,
         claim=claim.state if claim is not None else None,
