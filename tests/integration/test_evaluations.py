@@ -105,6 +105,8 @@ def test_the_adapter_scores_higher_than_the_base_model(
     assert base["state"] == tuned["state"] == "SUCCEEDED"
     assert base["source"] is None and tuned["source"] == {"run": trained, "snapshot": None}
     assert tuned["sampleCount"] == tuned["prompts"] == 8
+    # The deployment names no vLLM environment: `auto` generated with transformers.
+    assert base["engine"] == tuned["engine"] == "transformers"
     for record in (base, tuned):
         for m in record["metrics"]:
             assert m["low"] <= m["mean"] <= m["high"], m

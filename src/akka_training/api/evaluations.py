@@ -56,6 +56,11 @@ class EvaluationRecord(ResponseBody):
     metrics: list[MetricValue] | None = Field(description="Once SUCCEEDED.")
     sample_count: int | None
     prompts: int | None
+    engine: str | None = Field(
+        None,
+        description="What generated the completions once SUCCEEDED: vllm or transformers "
+        "(`trainer.endpoints.engine`); None for a preference evaluation, which generates none.",
+    )
     pool: str
     gpus: int = Field(description="The devices it claims in its pool, like a run.")
     claim: str | None = Field(

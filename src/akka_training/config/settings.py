@@ -278,12 +278,13 @@ class Endpoints(_Section):
     # Minutes an endpoint may go without a request before it gives its devices back; the next
     # request starts it again. 0: never. An endpoint's --idle-minutes overrides it.
     idle_minutes: float = Field(30.0, ge=0)
-    # What serves an endpoint: vllm (vLLM's OpenAI server, adapters loaded while it runs),
-    # transformers (transformers and PEFT), or auto (vllm where the deployment has vLLM's
-    # environment, `vllm-python`, and the base model suits it; else transformers).
+    # What serves an endpoint and generates an evaluation's completions: vllm (vLLM's OpenAI
+    # server, adapters loaded while it runs), transformers (transformers and PEFT), or auto
+    # (vllm where the deployment has vLLM's environment, `vllm-python`, and the base model
+    # suits it; else transformers).
     engine: Literal["auto", "vllm", "transformers"] = "auto"
     # The interpreter of vLLM's environment (scripts/setup-vllm-env.sh builds .venv-vllm) on
-    # the nodes that run endpoints. Unset: the deployment has no vLLM to serve with.
+    # the nodes that run endpoints and evaluations. Unset: the deployment has no vLLM.
     vllm_python: str | None = None
 
 

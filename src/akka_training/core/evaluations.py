@@ -37,6 +37,7 @@ from akka_training.core.plans import (
     RuleTerm,
 )
 from akka_training.core.resolved import BaseModelPin, BundlePin, ReferencePin
+from akka_training.core.serving import ServingEngine
 
 EVALUATE = "evaluate"
 REWARD_KINDS = ("match", "regex", "length", "judge", "http", "rule")
@@ -150,6 +151,10 @@ class EvaluateParams(PlanModel):
     # A preference metric's reference (`PreferenceMetric.reference` resolved); None for other
     # metrics.
     reference: ReferencePin | None = None
+    # What generates its completions, as for endpoints (`trainer.endpoints.engine`), and the
+    # interpreter of vLLM's environment (`trainer.endpoints.vllm-python`).
+    engine: ServingEngine = "auto"
+    vllm_python: str | None = None
 
 
 class MetricValue(PlanModel):
@@ -173,6 +178,9 @@ class EvaluationResult(PlanModel):
     samples: str
     sample_count: int
     prompts: int
+    # What generated the completions: `vllm` or `transformers`; None: nothing generated (a
+    # preference evaluation), or a result from before engines were named.
+    engine: str | None = None
 
 
 def parse_evaluation(data: dict[str, Any]) -> EvaluationPlan:

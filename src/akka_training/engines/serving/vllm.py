@@ -31,7 +31,8 @@ from typing import Any
 
 import httpx
 
-from akka_training.core.serving import TRANSFORMERS, VLLM, ServeParams
+from akka_training.core.resolved import BaseModelPin
+from akka_training.core.serving import TRANSFORMERS, VLLM, ServeParams, ServingEngine
 from akka_training.engines.generation.schema import BASE
 from akka_training.engines.reachable import http_server, http_url
 from akka_training.engines.serving import ADAPTER_HEADER
@@ -63,23 +64,47 @@ class VllmFailed(Exception):
 def choose_engine(params: ServeParams, model_dir: Path, *, on_gpu: bool) -> str:
     """`VLLM` or `TRANSFORMERS`, as `params.engine` asks: ``auto`` is vLLM where it can serve the
     model here. A ``vllm`` choice that cannot work fails the endpoint, saying why."""
-    if params.engine == TRANSFORMERS:
+    return choose(
+        params.engine,
+        params.base_model,
+        params.vllm_python,
+        model_dir,
+        on_gpu=on_gpu,
+        fallback="serve it with transformers",
+    )
+
+
+def choose(
+    engine: ServingEngine,
+    base: BaseModelPin,
+    vllm_python: str | None,
+    model_dir: Path,
+    *,
+    on_gpu: bool,
+    fallback: str,
+) -> str:
+    """`VLLM` or `TRANSFORMERS` for what generates over `base` (an endpoint, an evaluation), as
+    `engine` (`trainer.endpoints.engine`) asks: ``auto`` is vLLM where it can generate over the
+    model here. A ``vllm`` choice that cannot work raises `VllmFailed`, saying why and that
+    another choice would `fallback`."""
+    if engine == TRANSFORMERS:
         return TRANSFORMERS
-    why = unsuited(params, model_dir, on_gpu=on_gpu)
+    why = unsuited(base, vllm_python, model_dir, on_gpu=on_gpu)
     if why is None:
         return VLLM
-    if params.engine == VLLM:
+    if engine == VLLM:
         raise VllmFailed(
             f"trainer.endpoints.engine is vllm, but {why}. Set trainer.endpoints.engine to "
-            "auto or transformers to serve it with transformers."
+            f"auto or transformers to {fallback}."
         )
-    log.info("the endpoint serves with transformers: %s", why)
+    log.info("transformers generates over %s: %s", base.id, why)
     return TRANSFORMERS
 
 
-def unsuited(params: ServeParams, model_dir: Path, *, on_gpu: bool) -> str | None:
-    """Why vLLM cannot serve this endpoint here, or None."""
-    base = params.base_model
+def unsuited(
+    base: BaseModelPin, python: str | None, model_dir: Path, *, on_gpu: bool
+) -> str | None:
+    """Why vLLM cannot generate over `base` here, or None."""
     if base.modality != "text":
         return f"the base model {base.id} is an image-text model; vLLM serves text models here"
     head = head_dim(model_dir)
@@ -89,7 +114,6 @@ def unsuited(params: ServeParams, model_dir: Path, *, on_gpu: bool) -> str | Non
             f"vLLM's CPU attention does not take the head size of {base.id} ({head}); it takes "
             f"{sizes}"
         )
-    python = params.vllm_python
     if not python:
         return (
             "the deployment names no vLLM environment: set trainer.endpoints.vllm-python to "
@@ -221,6 +245,16 @@ class VllmServer:
         if response.status_code != 200:
             raise VllmFailed(f"vLLM could not load the adapter {name}: {_said(response)}")
         self.adapters[name] = directory
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's answer to one `/v1/completions` request; `VllmFailed` where it refuses it."""
+        response = self.client.post("/v1/completions", json=body)
+        if response.status_code != 200:
+            raise VllmFailed(
+                f"vLLM could not generate: {_said(response)}", detail=self.last_lines(40)
+            )
+        answer: dict[str, Any] = response.json()
+        return answer
 
     def remove_adapter(self, name: str) -> None:
         self.adapters.pop(name, None)

@@ -5,11 +5,20 @@ scored sample goes to the blob store as JSONL and the metrics, each with its 95%
 are the task's result (`core.evaluations`). The job publishes its metrics and spans (load,
 generate, score, save) as `telemetry.evaluation_metrics` describes.
 
-Generation runs through the one generation engine (`engines.generation`): the base model once,
-the run's adapter held on it by name, and the prompts answered in batches of prompts of like
-length (`batches`) rather than one `generate` a row. It decodes greedily at temperature 0 and
-samples otherwise, each sample from its own generator, seeded from the plan's seed and its
-position (row and sample), so a sampled evaluation repeats whatever its batches.
+What generates is chosen as an endpoint's engine is (`trainer.endpoints.engine`, carried in the
+params; `engines.serving.vllm.choose`), and the result names it:
+
+- vLLM: the OpenAI server endpoints run (`VllmServer`), a child process from vLLM's environment,
+  the evaluated adapter loaded in it as a LoRA adapter, every prompt one completions request
+  (its samples as ``n``, seeded from the plan's seed and the row), many in flight for vLLM to
+  batch (`vllm_generate`). It is stopped before the loss loads the model.
+- transformers: the one generation engine (`engines.generation`): the base model once, the
+  run's adapter held on it by name, and the prompts answered in batches of prompts of like
+  length (`batches`) rather than one `generate` a row, each sample from its own generator,
+  seeded from the plan's seed and its position (row and sample).
+
+Either decodes greedily at temperature 0 and samples otherwise, and repeats a sampled
+evaluation whatever its batches. `loss` is always transformers' (`_loss`).
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +47,14 @@ from akka_training.core.evaluations import (
     pass_at_k,
 )
 from akka_training.core.resolved import BASE_REFERENCE, ReferencePin
+from akka_training.core.serving import VLLM, ServeParams
 from akka_training.engines.bundles import BundleResolver
 from akka_training.engines.data import RlRow, preference_examples, read_rows, rl_rows
 from akka_training.engines.failures import DataError, SourceUnavailable
 from akka_training.engines.generation import BASE, GenerationRequest, SamplingParams
 from akka_training.engines.generation.engine import GenerationEngine
 from akka_training.engines.model_cache import local_model
+from akka_training.engines.serving.vllm import VllmFailed, VllmServer, choose
 from akka_training.engines.snapshots import download_adapter
 from akka_training.engines.tasks.context import TaskContext, TaskError
 from akka_training.engines.tasks.preference_eval import REFERENCE_ADAPTER, pair_samples
@@ -63,6 +75,10 @@ BATCH_COMPLETIONS = 64
 BATCH_TOKENS = 65536
 # The name the evaluated adapter is held under in the engine.
 ADAPTER = "evaluated"
+# Completions requests in flight at once to vLLM's server (it batches them as they come).
+VLLM_CONCURRENT = 64
+# The LoRA rank limits vLLM takes (`--max-lora-rank`).
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def evaluate(task: TaskContext) -> dict[str, Any]:
@@ -107,28 +123,64 @@ def _evaluate(
         raise TaskError(f"a metric of the evaluation cannot run: {exc}") from exc
 
     try:
-        with telemetry.phase("load"):
-            task.progress(f"loading the base model {params.base_model.id}")
-            tokenizer, engine, adapter = _load_engine(task, params)
-
-        wants_loss = any(isinstance(m, LossMetric) for m in params.metrics)
-        generated: list[list[tuple[str, int, str]]] = [[] for _ in rows]
-        with telemetry.phase("generate"):
-            task.progress("generating", 0, len(rows))
-            prompts = [_encode_prompt(tokenizer, row.prompt) for row in rows]
-            done = 0
-            for answered in generate(engine, adapter, prompts, params.generation, params.seed):
-                for number, completions in answered:
-                    generated[number] = completions
-                    telemetry.generated(tokens for _, tokens, _ in completions)
-                done += len(answered)
-                task.progress("generating", done, len(rows))
-            row_losses = [
-                _loss(tokenizer, engine, adapter, prompt, row.expected)
-                if wants_loss and row.expected is not None
-                else None
-                for prompt, row in zip(prompts, rows, strict=True)
-            ]
+        wants_loss = any(isinstance(m, LossMetric) for m in params.metrics) and any(
+            row.expected is not None for row in rows
+        )
+        model_dir = _model_dir(task, params)
+        kind = _engine_kind(params, model_dir)
+        if kind == VLLM:
+            with telemetry.phase("load"):
+                tokenizer, server, adapter = _start_vllm(task, params, model_dir)
+            with telemetry.phase("generate"):
+                task.progress("generating", 0, len(rows))
+                prompts = [_encode_prompt(tokenizer, row.prompt) for row in rows]
+                stops = eos_ids(model_dir, tokenizer)
+                try:
+                    generated = _collect(
+                        task,
+                        telemetry,
+                        len(rows),
+                        vllm_generate(
+                            server,
+                            adapter,
+                            prompts,
+                            params.generation,
+                            params.seed,
+                            tokenizer,
+                            stops,
+                        ),
+                    )
+                except VllmFailed as exc:
+                    raise TaskError(
+                        f"{exc.message.rstrip('.')}; set trainer.endpoints.engine to "
+                        "transformers to generate the evaluation without vLLM",
+                        exc.detail,
+                    ) from exc
+                finally:
+                    server.close()  # by its pid; its memory given back before the loss
+                # The loss is transformers' own cross-entropy, as where transformers generates.
+                row_losses: list[float | None] = [None] * len(rows)
+                if wants_loss:
+                    task.progress("measuring the loss")
+                    engine, adapter = _load_engine(task, params, model_dir, tokenizer)
+                    row_losses = _losses(tokenizer, engine, adapter, prompts, rows)
+        else:
+            with telemetry.phase("load"):
+                task.progress(f"loading the base model {params.base_model.id}")
+                tokenizer = _tokenizer(task, params, model_dir)
+                engine, adapter = _load_engine(task, params, model_dir, tokenizer)
+            with telemetry.phase("generate"):
+                task.progress("generating", 0, len(rows))
+                prompts = [_encode_prompt(tokenizer, row.prompt) for row in rows]
+                generated = _collect(
+                    task,
+                    telemetry,
+                    len(rows),
+                    generate(engine, adapter, prompts, params.generation, params.seed),
+                )
+                row_losses = [None] * len(rows)
+                if wants_loss:
+                    row_losses = _losses(tokenizer, engine, adapter, prompts, rows)
 
         with telemetry.phase("score"):
             samples = _scored(task, scorer, rows, generated, row_losses, telemetry)
@@ -145,7 +197,11 @@ def _evaluate(
         body = "".join(json.dumps(s, sort_keys=True) + "\n" for s in samples).encode()
         task.store.put_bytes(params.samples, body)
     return EvaluationResult(
-        metrics=values, samples=params.samples, sample_count=len(samples), prompts=len(rows)
+        metrics=values,
+        samples=params.samples,
+        sample_count=len(samples),
+        prompts=len(rows),
+        engine=kind,
     ).to_json()
 
 
@@ -288,7 +344,9 @@ def _load_reference(task: TaskContext, model: Any, reference: ReferencePin) -> s
 def _load(task: TaskContext, params: EvaluateParams) -> tuple[Any, Any]:
     """The tokenizer and the model, with the adapter to evaluate on it (the preference
     evaluation's log-probabilities)."""
-    _, tokenizer, model = _load_base(task, params)
+    model_dir = _model_dir(task, params)
+    tokenizer = _tokenizer(task, params, model_dir)
+    model = _base(model_dir)
     adapter = _fetch_adapter(task, params)
     if adapter is not None:
         model = PeftModel.from_pretrained(model, str(adapter))
@@ -297,19 +355,20 @@ def _load(task: TaskContext, params: EvaluateParams) -> tuple[Any, Any]:
     return tokenizer, model
 
 
-def _load_engine(task: TaskContext, params: EvaluateParams) -> tuple[Any, GenerationEngine, str]:
-    """The tokenizer, the generation engine over the base model, and the name of what is
+def _load_engine(
+    task: TaskContext, params: EvaluateParams, model_dir: Path, tokenizer: Any
+) -> tuple[GenerationEngine, str]:
+    """The transformers generation engine over the base model, and the name of what is
     evaluated in it: the adapter it holds, or `BASE`."""
-    path, tokenizer, model = _load_base(task, params)
     device = _device()
-    model = model.to(device)
+    model = _base(model_dir).to(device)
     model.eval()
-    engine = GenerationEngine(path, device=device, model=model, tokenizer=tokenizer)
+    engine = GenerationEngine(model_dir, device=device, model=model, tokenizer=tokenizer)
     adapter = _fetch_adapter(task, params)
     if adapter is None:
-        return tokenizer, engine, BASE
+        return engine, BASE
     engine.add_adapter(ADAPTER, adapter)
-    return tokenizer, engine, ADAPTER
+    return engine, ADAPTER
 
 
 def _device() -> str:
@@ -317,9 +376,8 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _load_base(task: TaskContext, params: EvaluateParams) -> tuple[Path, Any, Any]:
-    """The base model's directory, the tokenizer (the source run's, where it saved one) and
-    the base model, on the CPU."""
+def _model_dir(task: TaskContext, params: EvaluateParams) -> Path:
+    """The base model's directory on this node."""
     base = params.base_model
     path = local_model(base.path, task.spec.storage_s3)
     if not (Path(path) / "config.json").is_file():
@@ -327,13 +385,38 @@ def _load_base(task: TaskContext, params: EvaluateParams) -> tuple[Path, Any, An
             f"the base model {base.id}'s weights are not available to the training cluster "
             f"(this node has no model at {path}); make its directory readable on the nodes"
         )
-    tokenizer_dir = path
+    return Path(path)
+
+
+def _tokenizer(task: TaskContext, params: EvaluateParams, model_dir: Path) -> Any:
+    """The tokenizer: the source run's, where it saved one, else the base model's."""
+    tokenizer_dir = str(model_dir)
     if params.tokenizer and task.store.list(params.tokenizer):
         tokenizer_dir = str(task.store.get_dir(params.tokenizer, task.workdir / "tokenizer"))
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokenizer.padding_side = "left"
-    model: Any = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
-    return Path(path), tokenizer, model
+    return tokenizer
+
+
+def _base(model_dir: Path) -> Any:
+    """The base model, on the CPU."""
+    return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="auto")
+
+
+def _engine_kind(params: EvaluateParams, model_dir: Path) -> str:
+    """`VLLM` or `TRANSFORMERS`, chosen as an endpoint's engine is (`trainer.endpoints.engine`);
+    an explicit ``vllm`` that cannot work here fails the evaluation, saying why."""
+    try:
+        return choose(
+            params.engine,
+            params.base_model,
+            params.vllm_python,
+            model_dir,
+            on_gpu=_device() == "cuda",
+            fallback="generate the evaluation with transformers",
+        )
+    except VllmFailed as exc:
+        raise TaskError(exc.message, exc.detail) from exc
 
 
 def _fetch_adapter(task: TaskContext, params: EvaluateParams) -> Path | None:
@@ -406,6 +489,169 @@ def generate(
             (i, [(c.text.strip(), len(c.token_ids), c.finish_reason) for c in result.completions])
             for i, result in zip(batch, results, strict=True)
         ]
+
+
+def _collect(
+    task: TaskContext,
+    telemetry: EvaluationTelemetry,
+    total: int,
+    answered: Iterator[list[tuple[int, list[tuple[str, int, str]]]]],
+) -> list[list[tuple[str, int, str]]]:
+    """Every row's completions, in the rows' order, reporting the progress as they come."""
+    generated: list[list[tuple[str, int, str]]] = [[] for _ in range(total)]
+    done = 0
+    for batch in answered:
+        for number, completions in batch:
+            generated[number] = completions
+            telemetry.generated(tokens for _, tokens, _ in completions)
+        done += len(batch)
+        task.progress("generating", done, total)
+    return generated
+
+
+def _losses(
+    tokenizer: Any,
+    engine: GenerationEngine,
+    adapter: str,
+    prompts: list[list[int]],
+    rows: list[RlRow],
+) -> list[float | None]:
+    return [
+        _loss(tokenizer, engine, adapter, prompt, row.expected)
+        if row.expected is not None
+        else None
+        for prompt, row in zip(prompts, rows, strict=True)
+    ]
+
+
+def _start_vllm(
+    task: TaskContext, params: EvaluateParams, model_dir: Path
+) -> tuple[Any, VllmServer, str]:
+    """The tokenizer, vLLM's server over the base model (the one endpoints run, a child
+    process), and the name of what is evaluated in it: the adapter it loaded, or `BASE`."""
+    task.progress(f"starting vLLM's server over {params.base_model.id}")
+    tokenizer = _tokenizer(task, params, model_dir)
+    adapter_dir = _fetch_adapter(task, params)
+    serving = ServeParams(
+        endpoint=f"evaluation {task.spec.task_id}",
+        base_model=params.base_model,
+        gpus=params.gpus,
+        engine="vllm",
+        vllm_python=params.vllm_python,
+        max_loras=1,
+        max_lora_rank=lora_rank(adapter_dir),
+    )
+    server = VllmServer(serving, model_dir, task.workdir, on_gpu=_device() == "cuda")
+    try:
+        server.wait_ready()
+        if adapter_dir is None:
+            return tokenizer, server, BASE
+        task.progress("loading the adapter into vLLM")
+        server.add_adapter(ADAPTER, adapter_dir)
+        return tokenizer, server, ADAPTER
+    except BaseException as exc:
+        server.close()  # by its pid: nothing of it outlives a start that failed
+        if isinstance(exc, VllmFailed):
+            raise TaskError(exc.message, exc.detail) from exc
+        raise
+
+
+def lora_rank(adapter: Path | None) -> int:
+    """The smallest LoRA rank limit vLLM takes that holds the adapter's rank (`r`)."""
+    rank = 8
+    if adapter is not None:
+        try:
+            config = json.loads((adapter / "adapter_config.json").read_text())
+            rank = int(config.get("r") or rank)
+        except (OSError, ValueError):
+            pass
+    return next((r for r in VLLM_LORA_RANKS if r >= rank), VLLM_LORA_RANKS[-1])
+
+
+def eos_ids(model_dir: Path, tokenizer: Any) -> frozenset[int]:
+    """The tokens that end an answer: the model's generation config's and the tokenizer's
+    end-of-sequence tokens (those the transformers engine stops at)."""
+    ids: set[int] = set()
+    configured: Any = None
+    try:
+        configured = json.loads((model_dir / "generation_config.json").read_text())
+        configured = configured.get("eos_token_id")
+    except (OSError, ValueError):
+        pass
+    for value in (configured, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+def vllm_generate(
+    server: VllmServer,
+    adapter: str,
+    prompts: Sequence[Sequence[int]],
+    generation: Generation,
+    seed: int,
+    tokenizer: Any,
+    stops: frozenset[int],
+) -> Iterator[list[tuple[int, list[tuple[str, int, str]]]]]:
+    """`generate`'s answers, by vLLM's server: one completions request a prompt (its
+    `samplesPerPrompt` samples as ``n``, seeded with ``seed + i * samplesPerPrompt``), up to
+    `VLLM_CONCURRENT` in flight for vLLM to batch, yielded as they come in groups of up to
+    `BATCH_COMPLETIONS` completions. A sample ends at any of `stops` (`eos_ids`: the model's
+    and the tokenizer's end tokens, as the transformers engine stops), its token count leaves
+    out the end token, as that engine counts, and its text is its tokens decoded by
+    `tokenizer`."""
+    per_prompt = generation.samples_per_prompt
+    # Greedy, every sample is the one completion (and vLLM takes no n above 1).
+    greedy = generation.temperature == 0
+
+    def one(i: int) -> tuple[int, list[tuple[str, int, str]]]:
+        answer = server.complete(
+            {
+                "model": adapter,
+                "prompt": list(prompts[i]),
+                "max_tokens": generation.max_completion_tokens,
+                "temperature": generation.temperature,
+                # The whole distribution, as the transformers engine samples: none of the
+                # defaults vLLM would take from the model's generation_config.json.
+                "top_p": 1.0,
+                "top_k": 0,
+                "min_p": 0.0,
+                "repetition_penalty": 1.0,
+                # Where the tokenizer is the run's, its end token too.
+                "stop_token_ids": sorted(stops),
+                "n": 1 if greedy else per_prompt,
+                "seed": seed + i * per_prompt,
+                "return_token_ids": True,
+            }
+        )
+        samples = []
+        for choice in sorted(answer["choices"], key=lambda c: int(c["index"])):
+            tokens = list(choice.get("token_ids") or [])
+            finish = str(choice.get("finish_reason") or "length")
+            if finish == "stop" and tokens and tokens[-1] in stops:
+                tokens = tokens[:-1]
+            # Decoded here, whole, as the transformers engine decodes (vLLM's own text holds
+            # back a character still being decoded at the end).
+            text = str(tokenizer.decode(tokens, skip_special_tokens=True))
+            samples.append((text.strip(), len(tokens), finish))
+        return i, samples * per_prompt if greedy else samples
+
+    group = max(1, BATCH_COMPLETIONS // per_prompt)
+    pool = ThreadPoolExecutor(max_workers=VLLM_CONCURRENT)
+    try:
+        futures = [pool.submit(one, i) for i in range(len(prompts))]
+        answered: list[tuple[int, list[tuple[str, int, str]]]] = []
+        for future in as_completed(futures):
+            answered.append(future.result())
+            if len(answered) >= group:
+                yield answered
+                answered = []
+        if answered:
+            yield answered
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _loss(

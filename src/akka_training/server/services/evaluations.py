@@ -185,6 +185,8 @@ def check(
         seed=plan.seed,
         gpus=plan.execution.gpus,
         reference=_reference(plan, own_reference),
+        engine=ctx.settings.trainer.endpoints.engine,
+        vllm_python=ctx.settings.trainer.endpoints.vllm_python,
     )
     return Checked(params, pool, run_id, plan.execution.gpus)
 
@@ -289,6 +291,7 @@ def evaluation_record(task: Task) -> EvaluationRecord:
         metrics=[_metric(m) for m in result.metrics] if result else None,
         sample_count=result.sample_count if result else None,
         prompts=result.prompts if result else None,
+        engine=result.engine if result else None,
         pool=task.pool,
         gpus=params.gpus,
         claim=claim.state if claim is not None else None,
