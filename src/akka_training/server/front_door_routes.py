@@ -1,6 +1,7 @@
 """The front door's short memory of resolved requests: who a token is and where its `model`
 is served, kept for `REMEMBER_SECONDS` so that a burst of requests does not each check the
-token and look the model up in the database before it is relayed (`bench/serving.py`).
+token and look the model up in the database before it is relayed (`bench/serving.py`). Requests
+that arrive together with the same token and model share one look-up (`resolve`).
 
 Only what may be reused is kept: a token that authenticated and a model served by a READY
 endpoint (one that must be started, or that is refused, is looked up every time). What this
@@ -12,9 +13,10 @@ does not answer forgets its route.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from fastapi import FastAPI
@@ -50,6 +52,35 @@ class FrontDoorRoutes:
         self._most = most
         self._kept: dict[tuple[str, str], tuple[float, Resolved]] = {}
         self._lock = threading.Lock()
+        # Look-ups under way, by (token hash, model): touched on the event loop only.
+        self._looking: dict[tuple[str, str], asyncio.Task[Resolved]] = {}
+
+    async def resolve(
+        self, secret: str, model: str, look_up: Callable[[], Awaitable[Resolved]]
+    ) -> Resolved:
+        """What `secret` and `model` resolve to: remembered, or looked up by `look_up` once
+        for every request that asks while it runs (its error raised to each of them), and
+        remembered when its endpoint is READY."""
+        found = self.get(secret, model)
+        if found is not None:
+            return found
+        key = (hash_secret(secret), model)
+        task = self._looking.get(key)
+        if task is None:
+
+            async def look() -> Resolved:
+                try:
+                    resolved = await look_up()
+                finally:
+                    del self._looking[key]
+                if resolved.route.address is not None:
+                    self.keep(secret, model, resolved)
+                return resolved
+
+            task = self._looking[key] = asyncio.ensure_future(look())
+            # Retrieved here too, in case every request that waited for it went away.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await asyncio.shield(task)
 
     def get(self, secret: str, model: str) -> Resolved | None:
         key = (hash_secret(secret), model)

@@ -58,3 +58,37 @@ def test_a_token_revoked_out_of_sight_stops_within_the_remembered_seconds(
     refused = caller.post("/openai/v1/completions", json=CHAT)
     assert refused.status_code == 401
     assert refused.json()["error"]["message"] == REFUSED
+
+
+def test_requests_arriving_together_share_one_look_up_and_its_refusal() -> None:
+    import asyncio
+
+    from akka_training.core.errors import Unauthorized
+    from akka_training.server.auth import Principal
+    from akka_training.server.front_door_routes import Resolved
+    from akka_training.server.services.endpoints import Route
+
+    ready = Resolved(Principal("t", "door", "project", ("maths",)), Route("e", "http://x", None))
+    looked: list[str] = []
+
+    async def burst(answer: Resolved | None) -> list[Resolved | BaseException]:
+        routes = FrontDoorRoutes(monotonic=lambda: 0.0)
+        release = asyncio.Event()
+
+        async def look_up() -> Resolved:
+            looked.append("once")
+            await release.wait()
+            if answer is None:
+                raise Unauthorized(REFUSED)
+            return answer
+
+        waiting = [
+            asyncio.ensure_future(routes.resolve("secret", "tiny-chat", look_up)) for _ in range(8)
+        ]
+        release.set()
+        return list(await asyncio.gather(*waiting, return_exceptions=True))
+
+    assert asyncio.run(burst(ready)) == [ready] * 8
+    refused = asyncio.run(burst(None))
+    assert [str(e) for e in refused] == [REFUSED] * 8
+    assert looked == ["once", "once"]

@@ -85,11 +85,9 @@ async def _forward(request: Request, path: str) -> Response:
             await anyio.to_thread.run_sync(_principal, ctx, request)  # a 401 comes first
             assert problem is not None
             return problem
-        resolved = routes.get(secret, model)
-        if resolved is None:
-            resolved = await anyio.to_thread.run_sync(_resolve, ctx, secret, model)
-            if resolved.route.address is not None:
-                routes.keep(secret, model, resolved)
+        resolved = await routes.resolve(
+            secret, model, functools.partial(anyio.to_thread.run_sync, _resolve, ctx, secret, model)
+        )
     except AkkaError as exc:
         return _error(exc)
     route = resolved.route
