@@ -44,7 +44,7 @@ from pathlib import Path
 
 import httpx
 
-from akka_training.core.serving import ADAPTER_HEADER
+from akka_training.core.serving import ADAPTER_HEADER, KEY_HEADER
 from akka_training.testing.service import TrainerProcess, free_port
 from akka_training.testing.waiting import until
 
@@ -129,14 +129,16 @@ async def _burst(side: Side, streams: int, max_tokens: int) -> Burst:
     )
 
 
-def _address(trainer: TrainerProcess, endpoint_id: str) -> str:
-    """The endpoint job's own server, as its job reported it to the trainer."""
+def _address(trainer: TrainerProcess, endpoint_id: str) -> tuple[str, str]:
+    """The endpoint job's own server and the key it answers, as its job reported them to the
+    trainer (the job answers only requests that carry it, as the front door's do)."""
     db = sqlite3.connect(trainer.home / "trainer.db")
     try:
         row = db.execute("SELECT progress FROM tasks WHERE id = ?", (endpoint_id,)).fetchone()
     finally:
         db.close()
-    return str(json.loads(row[0])["address"])
+    progress = json.loads(row[0])
+    return str(progress["address"]), str(progress.get("key", ""))
 
 
 def _spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
@@ -196,7 +198,7 @@ def main() -> None:
                 + (f" and {len(adapters)} adapters: {', '.join(adapters)}" if adapters else ""),
             )
             names = adapters or ["tiny-chat"]
-            direct = _address(trainer, created["id"])
+            direct, key = _address(trainer, created["id"])
             sides = {
                 "trainer": Side(
                     f"{trainer.url}/openai/v1/chat/completions",
@@ -205,7 +207,7 @@ def main() -> None:
                 ),
                 "direct": Side(
                     f"{direct}/v1/chat/completions",
-                    {},
+                    {KEY_HEADER: key},
                     [(n, {ADAPTER_HEADER: n} if adapters else {}) for n in names],
                 ),
             }

@@ -177,3 +177,42 @@ def test_requests_submitted_together_are_answered_in_one_batch(
         assert "".join(streamed[i]) == result.completions[0].text
     with pytest.raises(AdapterNotLoaded):
         Batcher(engine).submit([GenerationRequest(prompts[0], "missing", GREEDY)])
+
+
+def test_a_request_arriving_mid_decode_joins_the_batch_and_answers_as_peft_greedy(
+    engine: GenerationEngine, two_adapters: tuple[Path, Path, Path]
+) -> None:
+    base, first, second = two_adapters
+    long = GenerationRequest(
+        engine.chat_prompt([{"role": "user", "content": "hello there, how are you today?"}]),
+        "first",
+        SamplingParams(max_tokens=16, temperature=0),
+    )
+    late = GenerationRequest(engine.text_prompt("a b"), "second", GREEDY)
+    batcher = Batcher(engine)
+    answers: dict[str, GenerationResult] = {}
+    streamed: dict[str, list[str]] = {"long": [], "late": []}
+    late_thread = threading.Thread(
+        target=lambda: answers.setdefault(
+            "late", batcher.submit([late], lambda d: streamed["late"].append(d.text))[0]
+        )
+    )
+
+    def hear_long(delta: Delta) -> None:
+        streamed["long"].append(delta.text)
+        if not late_thread.is_alive() and "late" not in answers:
+            # The batch is decoding `long`: `late` arrives now, and waits for the next step.
+            late_thread.start()
+            until(lambda: batcher.pending == 1, what="the late request to be queued")
+
+    [answers["long"]] = batcher.submit([long], hear_long)
+    late_thread.join()
+    batcher.close()
+    assert (batcher.batches, batcher.joined) == (2, 1)
+    for name, request, adapter in (("long", long, first), ("late", late, second)):
+        completion = answers[name].completions[0]
+        tokens = request.sampling.max_tokens
+        expected = peft_greedy(base, adapter, request.prompt_ids, tokens)
+        assert list(completion.token_ids) == expected[: len(completion.token_ids)]
+        assert len(completion.token_ids) == tokens or completion.finish_reason == "stop"
+        assert "".join(streamed[name]) == completion.text

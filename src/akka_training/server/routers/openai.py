@@ -27,6 +27,7 @@ from akka_training.core.serving import ADAPTER_HEADER, KEY_HEADER
 from akka_training.deployment.context import AppContext
 from akka_training.server import front_door_metrics as metering
 from akka_training.server.auth import Principal, authenticate, bearer
+from akka_training.server.front_door_routes import Resolved, routes_of
 from akka_training.server.services import endpoints as service
 
 router = APIRouter(prefix="/openai/v1", include_in_schema=False)
@@ -64,22 +65,32 @@ async def completions(request: Request) -> Response:
 async def _forward(request: Request, path: str) -> Response:
     ctx: AppContext = request.app.state.ctx
     started = metering.arrived(request)
-    try:
-        principal = await anyio.to_thread.run_sync(_principal, ctx, request)
-    except AkkaError as exc:
-        return _error(exc)
+    routes = routes_of(request.app)
     raw = await request.body()
+    problem: JSONResponse | None = None
+    model: object = None
     try:
         body = json.loads(raw)
     except ValueError:
-        return _refuse(400, "The request's body is not JSON.", None)
-    model = body.get("model") if isinstance(body, dict) else None
-    if not isinstance(model, str) or not model:
-        return _refuse(400, "model is required: a base model, a run, or RUN:step-N.", "model")
+        problem = _refuse(400, "The request's body is not JSON.", None)
+    else:
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str) or not model:
+            problem = _refuse(
+                400, "model is required: a base model, a run, or RUN:step-N.", "model"
+            )
     try:
-        route = await anyio.to_thread.run_sync(_route, ctx, principal, model)
+        secret = bearer(request)
+        if problem is not None or not isinstance(model, str):
+            await anyio.to_thread.run_sync(_principal, ctx, request)  # a 401 comes first
+            assert problem is not None
+            return problem
+        resolved = await routes.resolve(
+            secret, model, functools.partial(anyio.to_thread.run_sync, _resolve, ctx, secret, model)
+        )
     except AkkaError as exc:
         return _error(exc)
+    route = resolved.route
     exchange = metering.exchange(request, path, model, route, started)
     if route.address is None:
         if ctx.controller is not None:
@@ -103,6 +114,7 @@ async def _forward(request: Request, path: str) -> Response:
         )
     except httpx.HTTPError:
         await client.aclose()
+        routes.forget(route.address)
         metering.refused(exchange, 503)
         return _refuse(
             503,
@@ -142,9 +154,12 @@ def _principal(ctx: AppContext, request: Request) -> Principal:
     return principal
 
 
-def _route(ctx: AppContext, principal: Principal, model: str) -> service.Route:
+def _resolve(ctx: AppContext, secret: str, model: str) -> Resolved:
+    """Who `secret` is and where `model` is served for it, in one transaction."""
     with ctx.db.session() as session:
-        return service.route(session, ctx, principal, model)
+        principal = authenticate(session, secret)
+        principal.refuse_reporters()
+        return Resolved(principal, service.route(session, ctx, principal, model))
 
 
 def _served(ctx: AppContext, principal: Principal) -> list[tuple[str, str]]:

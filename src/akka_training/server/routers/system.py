@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from akka_training.api.system import (
     CreatedToken,
@@ -15,6 +15,7 @@ from akka_training.api.system import (
     WhoAmI,
 )
 from akka_training.server.deps import Caller, Ctx, Db
+from akka_training.server.front_door_routes import routes_of
 from akka_training.server.openapi import errors
 from akka_training.server.routes import SessionEndingRoute
 from akka_training.server.services import info as info_service
@@ -68,5 +69,7 @@ def create_token(body: TokenRequest, db: Db, caller: Caller) -> CreatedToken:
 
 
 @router.delete("/v1/tokens/{token_id}", responses=errors(401, 403, 404))
-def revoke_token(token_id: str, db: Db, caller: Caller) -> Token:
-    return tokens_service.revoke_token(db, caller, token_id)
+def revoke_token(token_id: str, db: Db, caller: Caller, request: Request) -> Token:
+    answer = tokens_service.revoke_token(db, caller, token_id)
+    routes_of(request.app).forget()  # the front door forgets what the token reached
+    return answer
