@@ -15,6 +15,9 @@ import pytest
 from tests.vllm_env import vllm_python
 
 ROOT = Path(__file__).resolve().parents[3]
+# What TRL's weight sync raises where vLLM's CPU backend replaced a layer's weight by an empty
+# one after packing it for oneDNN (vllm/model_executor/layers/utils.py, remove_weight=True).
+PACKED_WEIGHTS = "'Parameter' object has no attribute 'weight_loader'"
 
 
 @pytest.mark.slow  # vLLM starts in the trainer's process; minutes on a small CPU
@@ -35,6 +38,12 @@ def test_grpo_generates_through_vllm_colocate_on_a_cpu(tmp_path: Path) -> None:
     )
 
     lines = [line for line in out.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
+    if any(PACKED_WEIGHTS in line for line in lines):
+        pytest.skip(
+            "vLLM's CPU build packs linear weights for oneDNN on this CPU (AVX-512/AMX) and "
+            "drops the originals, so TRL's colocate mode cannot load the trained weights into it "
+            "(docs/trl-on-gpus.md); it runs on CPUs where vLLM keeps them"
+        )
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     grpo = next(line for line in lines if line.startswith("PASS trl grpo:"))
     assert "generation vllm colocate" in grpo
