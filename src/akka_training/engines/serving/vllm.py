@@ -185,6 +185,10 @@ class VllmServer:
             "--max-loras", str(params.max_loras),
             "--max-lora-rank", str(params.max_lora_rank),
             "--max-model-len", str(params.base_model.context_length),
+            # vLLM's own sampling defaults, not the model's generation_config.json: a request
+            # that sets no top_p, top_k or repetition penalty is sampled as the transformers
+            # engine samples it (OpenAI's defaults), whichever engine serves.
+            "--generation-config", "vllm",
         ]  # fmt: skip
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
         if on_gpu:

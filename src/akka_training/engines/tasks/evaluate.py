@@ -613,12 +613,9 @@ def vllm_generate(
                 "prompt": list(prompts[i]),
                 "max_tokens": generation.max_completion_tokens,
                 "temperature": generation.temperature,
-                # The whole distribution, as the transformers engine samples: none of the
-                # defaults vLLM would take from the model's generation_config.json.
+                # The whole distribution, as the transformers engine samples (the server
+                # takes no defaults from the model's generation_config.json).
                 "top_p": 1.0,
-                "top_k": 0,
-                "min_p": 0.0,
-                "repetition_penalty": 1.0,
                 # Where the tokenizer is the run's, its end token too.
                 "stop_token_ids": sorted(stops),
                 "n": 1 if greedy else per_prompt,
