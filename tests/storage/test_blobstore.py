@@ -1,4 +1,5 @@
 import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,32 @@ def test_a_large_blob_is_handed_to_the_disk_as_it_is_written(
         assert calls == [(0, 1200), (1200, 1200), (2400, 1200), (3600, 1200), (4800, 1200)]
     else:
         assert calls == [(0, 1200)]  # not asked again
+
+
+def test_a_write_lands_when_a_delete_of_a_sibling_empties_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Between a write (or move) making its folder and its rename, the delete of the last other
+    # key in that folder removes the folder, as concurrent dataset registrations did: the write
+    # still lands.
+    store = open_blob_store(str(tmp_path / "b"))
+    rename = os.replace
+    sibling: list[str] = []
+
+    def delete_sibling_first(src: str, dst: str) -> None:
+        if sibling:
+            store.delete(sibling.pop())
+            assert not Path(dst).parent.exists()
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "replace", delete_sibling_first)
+    store.put_bytes("datasets/uploads/old.jsonl", b"old")
+    sibling.append("datasets/uploads/old.jsonl")
+    store.put_bytes("datasets/uploads/new.jsonl", b"new")
+    assert store.get_bytes("datasets/uploads/new.jsonl") == b"new"
+
+    store.put_bytes("datasets/final/other.jsonl", b"other")
+    sibling.append("datasets/final/other.jsonl")
+    store.move("datasets/uploads/new.jsonl", "datasets/final/new.jsonl")
+    assert not sibling
+    assert store.list("datasets") == ["datasets/final/new.jsonl"]

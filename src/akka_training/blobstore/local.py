@@ -17,6 +17,28 @@ from akka_training.blobstore.base import BlobStore, BlobWriter
 # (bench/upload.py).
 WRITEBACK_BYTES = 8 * 1024 * 1024
 
+# How often a rename is tried while deletes of other keys keep removing its folder.
+RENAME_TRIES = 100
+
+
+def _replace(source: Path, dest: Path) -> None:
+    """Renames ``source`` onto ``dest``, making ``dest``'s folders.
+
+    A delete of another key removes the folders it leaves empty, and one of them may be
+    ``dest``'s, emptied between making it and the rename: then it is made again and the rename
+    retried, as long as ``source`` is still there.
+    """
+    for _ in range(RENAME_TRIES - 1):
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, dest)
+            return
+        except FileNotFoundError:
+            if not source.exists():
+                raise
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(source, dest)
+
 
 class _LocalWriter(BlobWriter):
     def __init__(self, dest: Path, tmp_dir: Path) -> None:
@@ -56,8 +78,7 @@ class _LocalWriter(BlobWriter):
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
-        self._dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(self._tmp, self._dest)
+        _replace(self._tmp, self._dest)
         self._done = True
 
     def abort(self) -> None:
@@ -89,8 +110,7 @@ class LocalBlobStore(BlobStore):
         source, dest = self._path(src), self._path(dst)
         if not source.is_file():
             raise FileNotFoundError(src)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(source, dest)
+        _replace(source, dest)
 
     def open(self, key: str) -> BinaryIO:
         path = self._path(key)
