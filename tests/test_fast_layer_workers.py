@@ -1,4 +1,4 @@
-"""The fast layer runs on two workers; every other selection runs in one process."""
+"""The fast layer and the full suite run on two workers; other selections in one process."""
 
 from __future__ import annotations
 
@@ -10,19 +10,20 @@ from akka_training.testing.fast_layer import workers_for
 @pytest.mark.parametrize(
     "args",
     [
+        [],  # the full suite
+        ["-q", "-ra"],
         ["-m", "not slow"],
         ["-m", "not slow", "-q", "-p", "no:cacheprovider"],
         ["-q", "--markexpr=not slow", "-x"],
     ],
 )
-def test_the_fast_layer_gets_two_workers(args: list[str]) -> None:
+def test_the_fast_layer_and_the_full_suite_get_two_workers(args: list[str]) -> None:
     assert workers_for(args, {}) == 2
 
 
 @pytest.mark.parametrize(
     "args",
     [
-        [],  # the full suite
         ["-m", "slow"],
         ["-m", "not slow", "tests/cli"],
         ["-m", "not slow", "-n", "4"],
