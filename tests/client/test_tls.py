@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from akka_training.client.retries import NO_RETRIES
 from akka_training.client.tls import DeferredTLS
 from akka_training.client.trainer import TrainerClient
 from akka_training.core.errors import TrainerUnreachable
@@ -75,7 +76,7 @@ def https_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"https://127.0.0.1:{server.server_address[1]}", cert
@@ -101,6 +102,10 @@ def test_a_certificate_no_trusted_ca_signed_is_refused(
         with pytest.raises(TrainerUnreachable) as refused:
             client.request("GET", "/v1/anything")
         assert "CERTIFICATE_VERIFY_FAILED" in repr(refused.value.__cause__)
+        assert str(refused.value) == (
+            f"The trainer at {url} presented a certificate this machine does not trust "
+            "(self-signed certificate); set SSL_CERT_FILE to the file of the CA that signed it."
+        )
         built = _tls(client)._context
         assert built is not None
         assert built.verify_mode == ssl.CERT_REQUIRED and built.check_hostname
@@ -118,7 +123,8 @@ def test_ssl_cert_file_names_the_cas_as_with_httpx(
 def test_a_client_of_an_http_trainer_reads_no_ca_bundle() -> None:
     tls = DeferredTLS()
     assert tls._context is None
-    with TrainerClient("http://127.0.0.1:9") as client:
+    # No retries: the refused connection is all the test needs.
+    with TrainerClient("http://127.0.0.1:9", retries=NO_RETRIES) as client:
         with pytest.raises(TrainerUnreachable):
             client.request("GET", "/v1/anything")
         assert _tls(client)._context is None

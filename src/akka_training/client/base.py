@@ -10,6 +10,7 @@ Retry-After), and an idempotent one whose connection dropped, are sent again
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Self, TypeVar
@@ -142,7 +143,11 @@ class BaseClient:
             try:
                 response = self._send(method, path, json, params, content, headers, timeout)
             except TrainerUnreachable as exc:
-                if isinstance(exc.__cause__, httpx.ConnectError) and policy.attempts > 1:
+                if (
+                    isinstance(exc.__cause__, httpx.ConnectError)
+                    and _certificate_refusal(exc.__cause__) is None
+                    and policy.attempts > 1
+                ):
                     # Refused: nothing was sent. A trainer started a moment ago (`akka trainer
                     # serve &` on the line before) opens its port within `connect_seconds`.
                     if time.monotonic() - began < policy.connect_seconds:
@@ -200,6 +205,12 @@ class BaseClient:
                 timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.ConnectError as exc:
+            refusal = _certificate_refusal(exc)
+            if refusal is not None:
+                raise TrainerUnreachable(
+                    f"The trainer at {self.url} presented a certificate this machine does not "
+                    f"trust ({refusal}); set SSL_CERT_FILE to the file of the CA that signed it."
+                ) from exc
             raise TrainerUnreachable(
                 f"The trainer at {self.url} does not answer; start it with `akka trainer serve` "
                 "or point --trainer-url (or the context) at a running one."
@@ -262,6 +273,17 @@ class BaseClient:
 
 # A connection that dropped after the request may have been sent: whether it took effect is
 # unknown, so only an idempotent request is sent again.
+def _certificate_refusal(error: BaseException) -> str | None:
+    """Why TLS refused the trainer's certificate, where that is what failed the connection: it
+    fails the same way a moment later, so the request is not tried again."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return str(seen.verify_message or seen.reason or seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
