@@ -36,14 +36,31 @@ def akka(
     """`akka ARGS` in a process of its own, after `prelude` (end to end: what the command's
     start reads, such as colour and completion variables, a failure planted before it, and
     the trainer a command line reaches)."""
+    return finish(start(*args, prelude=prelude, env=env))
+
+
+def start(
+    *args: str, prelude: str = "", env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """`akka` started and not waited for: commands that each wait out the client's retries of
+    a refused connection run side by side."""
     code = f"{prelude}\nimport sys\nsys.argv = ['akka', *{list(args)!r}]\n"
     code += "from akka_training.cli.main import run\nrun()\n"
     base = {k: v for k, v in os.environ.items() if k not in UNSET}
     base["AKKA_CONFIG"] = base.get("AKKA_CONFIG_FOR_TESTS", "/nonexistent/akka-config.yaml")
     base.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False, env=base
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=base,
     )
+
+
+def finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    stdout, stderr = process.communicate()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 @pytest.mark.parametrize(
@@ -104,17 +121,20 @@ def test_a_usage_mistake_under_json_is_also_an_error_object_on_stdout() -> None:
 
 def test_an_unreachable_trainer_has_its_own_exit_status_and_error_object() -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    text = akka("--trainer-url", url, "training", "runs", "get", "abc123")
+    started = [
+        start("--trainer-url", url, "training", "runs", "get", "abc123"),
+        start("--trainer-url", url, "-o", "json", "training", "runs", "get", "abc123"),
+        start("--trainer-url", url, "-o", "yaml", "training", "info"),
+    ]
+    text, as_json, as_yaml = (finish(process) for process in started)
     assert text.returncode == exits.UNREACHABLE == 3
     assert text.stderr.strip() == (
         f"error: The trainer at {url} does not answer; start it with `akka trainer serve` or "
         "point --trainer-url (or the context) at a running one."
     )
-    as_json = akka("--trainer-url", url, "-o", "json", "training", "runs", "get", "abc123")
     assert as_json.returncode == 3
     assert json.loads(as_json.stdout)["error"]["code"] == "unreachable"
     assert as_json.stderr == ""
-    as_yaml = akka("--trainer-url", url, "-o", "yaml", "training", "info")
     assert yaml.safe_load(as_yaml.stdout)["error"]["code"] == "unreachable"
 
 
@@ -184,13 +204,22 @@ def test_an_explicit_context_beats_trainer_url_and_the_variable_beats_the_curren
         )
     )
     env = {"AKKA_CONFIG": str(config), "TRAINER_URL": f"http://127.0.0.1:{near}"}
-    named = akka("--context", "far", "training", "info", env=env)
+    started = [
+        start("--context", "far", "training", "info", env=env),
+        start("training", "info", env=env),
+        start(
+            "--context",
+            "far",
+            "--trainer-url",
+            f"http://127.0.0.1:{near}",
+            "training",
+            "info",
+            env=env,
+        ),
+    ]
+    named, current, flag = (finish(process) for process in started)
     assert f"The trainer at http://127.0.0.1:{far} does not answer" in named.stderr
-    current = akka("training", "info", env=env)
     assert f"The trainer at http://127.0.0.1:{near} does not answer" in current.stderr
-    flag = akka(
-        "--context", "far", "--trainer-url", f"http://127.0.0.1:{near}", "training", "info", env=env
-    )
     assert f"The trainer at http://127.0.0.1:{near} does not answer" in flag.stderr
 
 
