@@ -168,6 +168,12 @@ class Exchange:
             data = line[5:].strip()
             if data == b"[DONE]":
                 continue
+            if (
+                self._first_token is not None
+                and self._response_model is not None
+                and b'"usage"' not in data
+            ):
+                continue  # nothing left to read in it: the relay parses no more than it needs
             chunk = _json(data)
             if chunk is None:
                 continue
