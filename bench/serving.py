@@ -11,7 +11,9 @@ For each burst size it prints the medians over the repeats (their spread min-max
 - output tokens/s: the burst's completion tokens (the usage of each stream's last chunk) over
   the burst's wall time; goal: at least 95% of direct's (the trainer costs at most 5%),
 
-then the ratios trainer / direct and "met" or "not met". It prints, never asserts: timings on
+then the ratios trainer / direct and "met" or "not met", and the trainer process's own CPU
+time during its side's bursts (Linux's /proc): per token relayed, and as a share of a core. It
+prints, never asserts: timings on
 a shared machine are for reading.
 
     python bench/serving.py [--streams 32] [--repeats 3] [--max-tokens 64]
@@ -31,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
+import os
 import sqlite3
 import statistics
 import subprocess
@@ -59,6 +63,9 @@ class Burst:
     tokens_per_second: float  # the burst's completion tokens over its wall time
     failed: int = 0  # streams not answered
     error: str = ""  # the first one's error
+    tokens: int = 0  # completion tokens of the answered streams
+    wall: float = 0.0  # seconds, the burst's wall time
+    trainer_cpu: float = 0.0  # the trainer process's CPU seconds during the burst
 
 
 async def _stream(
@@ -126,7 +133,23 @@ async def _burst(side: Side, streams: int, max_tokens: int) -> Burst:
         tokens_per_second=sum(n for _, n in done) / wall,
         failed=len(errors),
         error=str(errors[0]) if errors else "",
+        tokens=sum(n for _, n in done),
+        wall=wall,
     )
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU (user and system) process `pid` has used, from Linux's /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measured(trainer: TrainerProcess, side: Side, streams: int, max_tokens: int) -> Burst:
+    """`_burst`, with the trainer's CPU seconds during it."""
+    assert trainer.proc is not None
+    before = _cpu_seconds(trainer.proc.pid)
+    burst = asyncio.run(_burst(side, streams, max_tokens))
+    return dataclasses.replace(burst, trainer_cpu=_cpu_seconds(trainer.proc.pid) - before)
 
 
 def _address(trainer: TrainerProcess, endpoint_id: str) -> tuple[str, str]:
@@ -236,7 +259,7 @@ def main() -> None:
                         order.reverse()
                     for side_name in order:
                         got[side_name].append(
-                            asyncio.run(_burst(sides[side_name], streams, args.max_tokens))
+                            _measured(trainer, sides[side_name], streams, args.max_tokens)
                         )
                 _report(streams, got, checks)
             trainer.cli("training", "endpoints", "delete", "bench", "--project", "bench")
@@ -347,6 +370,15 @@ def _report(streams: int, got: dict[str, list[Burst]], checks: Checks) -> None:
             failed == 0,
             f"{streams} stream(s): {side} answered every stream"
             + (f" but {failed} ({first[:300]})" if failed else ""),
+        )
+    ours = got["trainer"]
+    tokens = sum(b.tokens for b in ours)
+    cpu = sum(b.trainer_cpu for b in ours)
+    if tokens:
+        print(
+            f"  the trainer's own CPU on its side: {cpu:.2f} s for {tokens} tokens relayed, "
+            f"{cpu / tokens * 1e6:.0f} us a token, {cpu / sum(b.wall for b in ours):.0%} of a "
+            "core during its bursts"
         )
     for against in [s for s in ("direct", "vllm") if s in got]:
         _compare(streams, got["trainer"], got[against], against, checks)
