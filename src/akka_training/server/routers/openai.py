@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import ssl
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,6 +27,7 @@ from akka_training.deployment.context import AppContext
 from akka_training.server import front_door_metrics as metering
 from akka_training.server.auth import Principal, authenticate, bearer
 from akka_training.server.front_door_routes import Resolved, routes_of
+from akka_training.server.job_routing import tls_context
 from akka_training.server.services import endpoints as service
 
 router = APIRouter(prefix="/openai/v1", include_in_schema=False)
@@ -106,7 +106,7 @@ async def _forward(request: Request, path: str) -> Response:
     if route.adapter is not None:
         headers[ADAPTER_HEADER] = route.adapter
     client = httpx.AsyncClient(
-        base_url=route.address, timeout=_TIMEOUT, verify=_tls(), trust_env=False
+        base_url=route.address, timeout=_TIMEOUT, verify=tls_context(), trust_env=False
     )
     try:
         upstream = await client.send(
@@ -137,14 +137,6 @@ async def _forward(request: Request, path: str) -> Response:
         status_code=upstream.status_code,
         media_type=upstream.headers.get("content-type", "application/json"),
     )
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """The relay's TLS context, made once: a new client would load the CA bundle again and read
-    the proxy settings, 10-130 ms of CPU on the event loop for every request (bench/serving.py).
-    The job's address is reached directly, never through a proxy of the environment."""
-    return httpx.create_ssl_context()
 
 
 def _principal(ctx: AppContext, request: Request) -> Principal:
