@@ -85,6 +85,15 @@ NOT_RUN = {
         "wait for; tests/integration/test_endpoints.py runs the same command"
     ),
     (
+        "docs/tinker-api.md",
+        "python bench/tinker_api.py [--pairs 8] [--warmup 2] [--batch 8] [--length 64] "
+        "[--tiny-only]",
+    ): (
+        "a benchmark that starts its own trainer and builds a ~100M model; it takes minutes, "
+        "the page shows what it printed, and tests/integration/test_tinker_api.py runs the "
+        "same SDK calls"
+    ),
+    (
         "docs/talk-to-your-adapter.md",
         "python bench/serving.py [--streams 32] [--repeats 3] [--max-tokens 64] [--adapters]",
     ): (
