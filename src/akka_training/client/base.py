@@ -143,11 +143,7 @@ class BaseClient:
             try:
                 response = self._send(method, path, json, params, content, headers, timeout)
             except TrainerUnreachable as exc:
-                if (
-                    isinstance(exc.__cause__, httpx.ConnectError)
-                    and _certificate_refusal(exc.__cause__) is None
-                    and policy.attempts > 1
-                ):
+                if isinstance(exc.__cause__, httpx.ConnectError) and policy.attempts > 1:
                     # Refused: nothing was sent. A trainer started a moment ago (`akka trainer
                     # serve &` on the line before) opens its port within `connect_seconds`.
                     if time.monotonic() - began < policy.connect_seconds:
@@ -207,10 +203,13 @@ class BaseClient:
         except httpx.ConnectError as exc:
             refusal = _certificate_refusal(exc)
             if refusal is not None:
+                # Caused by the TLS error, not the ConnectError: it fails the same way a moment
+                # later, so the retries of a refused connection leave it alone.
+                reason = refusal.verify_message or refusal.reason or refusal
                 raise TrainerUnreachable(
                     f"The trainer at {self.url} presented a certificate this machine does not "
-                    f"trust ({refusal}); set SSL_CERT_FILE to the file of the CA that signed it."
-                ) from exc
+                    f"trust ({reason}); set SSL_CERT_FILE to the file of the CA that signed it."
+                ) from refusal
             raise TrainerUnreachable(
                 f"The trainer at {self.url} does not answer; start it with `akka trainer serve` "
                 "or point --trainer-url (or the context) at a running one."
@@ -273,17 +272,6 @@ class BaseClient:
 
 # A connection that dropped after the request may have been sent: whether it took effect is
 # unknown, so only an idempotent request is sent again.
-def _certificate_refusal(error: BaseException) -> str | None:
-    """Why TLS refused the trainer's certificate, where that is what failed the connection: it
-    fails the same way a moment later, so the request is not tried again."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return str(seen.verify_message or seen.reason or seen)
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
 _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
@@ -349,3 +337,14 @@ def plan_document(plan: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(plan, BaseModel):
         return plan.model_dump(mode="json", by_alias=True, exclude_unset=True)
     return dict(plan)
+
+
+def _certificate_refusal(error: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The TLS error that refused the trainer's certificate, where that is what failed the
+    connection."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
