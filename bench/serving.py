@@ -13,8 +13,7 @@ For each burst size it prints the medians over the repeats (their spread min-max
 
 then the ratios trainer / direct and "met" or "not met", and the trainer process's own CPU
 time during its side's bursts (Linux's /proc): per token relayed, and as a share of a core. It
-prints, never asserts: timings on
-a shared machine are for reading.
+prints, never asserts: timings on a shared machine are for reading.
 
     python bench/serving.py [--streams 32] [--repeats 3] [--max-tokens 64]
         [--adapters] [--vllm PYTHON] [--smoke] [--gpu]
@@ -60,12 +59,15 @@ MESSAGES = [{"role": "user", "content": "Count from one to twenty, in words."}]
 @dataclass(frozen=True)
 class Burst:
     ttft: float  # seconds, the median over the burst's answered streams
-    tokens_per_second: float  # the burst's completion tokens over its wall time
+    tokens: int  # completion tokens of the answered streams
+    wall: float  # seconds, the burst's wall time
     failed: int = 0  # streams not answered
     error: str = ""  # the first one's error
-    tokens: int = 0  # completion tokens of the answered streams
-    wall: float = 0.0  # seconds, the burst's wall time
     trainer_cpu: float = 0.0  # the trainer process's CPU seconds during the burst
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.wall
 
 
 async def _stream(
@@ -130,11 +132,10 @@ async def _burst(side: Side, streams: int, max_tokens: int) -> Burst:
         raise RuntimeError(f"no stream of {streams} was answered: {errors[0]}")
     return Burst(
         ttft=statistics.median(t for t, _ in done),
-        tokens_per_second=sum(n for _, n in done) / wall,
-        failed=len(errors),
-        error=str(errors[0]) if errors else "",
         tokens=sum(n for _, n in done),
         wall=wall,
+        failed=len(errors),
+        error=str(errors[0]) if errors else "",
     )
 
 
