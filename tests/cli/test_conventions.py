@@ -223,6 +223,11 @@ def test_an_explicit_context_beats_trainer_url_and_the_variable_beats_the_curren
     assert f"The trainer at http://127.0.0.1:{near} does not answer" in flag.stderr
 
 
+def test_a_command_takes_no_global_flag_from_the_one_run_before_it_in_the_process() -> None:
+    assert here("-o", "json", "config", "get-contexts").stdout == "[]\n"
+    assert here("config", "get-contexts").stdout.startswith("CURRENT   NAME")
+
+
 def test_singular_nouns_of_auth_and_config() -> None:
     assert here("auth", "token", "--help").returncode == 0
     assert here("config", "get-context").returncode == 0

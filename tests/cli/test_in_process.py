@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from akka_training.cli.main import main
-from akka_training.cli.state import State, state
+from akka_training.cli.state import State
 from akka_training.client import TrainerClient
 from akka_training.testing.app import BASE_URL, InProcessTrainer
 from tests.server.routers.helpers import chat_rows, register
@@ -40,8 +40,6 @@ def akka(
     monkeypatch.setattr(State, "client", lambda self: client)
 
     def run(*args: str) -> tuple[int, str, str]:
-        for name, value in (("quiet", False), ("output", "text"), ("force", False)):
-            monkeypatch.setattr(state, name, value)
         capsys.readouterr()
         code = main(list(args))
         out = capsys.readouterr()

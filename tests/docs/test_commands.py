@@ -5,7 +5,6 @@ command or flag breaks this test, not the reader. (The README's quickstart also 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shlex
 from pathlib import Path
@@ -13,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from akka_training.cli import main as cli_main
-from akka_training.cli.state import State, state
 
 ROOT = Path(__file__).resolve().parents[2]
 # Commands of other tools whose arguments may hold the word akka (a namespace, a release).
@@ -57,9 +55,6 @@ def test_a_shown_command_is_one_the_cli_accepts(
     page: str, command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = shlex.split(command.replace("[", " ").replace("]", " ").replace("&", " "))
-    for field in dataclasses.fields(State):
-        if field.default is not dataclasses.MISSING:
-            setattr(state, field.name, field.default)
     code = cli_main.main([*args, "--help"])
     out = capsys.readouterr()
     assert code == 0, f"{page}: `akka {command}` is refused:\n{out.err}"

@@ -139,6 +139,7 @@ _plain_usage_names()
 def main(argv: list[str]) -> int:
     """Run one command line; the exit status (see `exits`). Nothing escapes as a traceback
     unless --debug (or AKKA_DEBUG) asks for it."""
+    state.reset()
     try:
         args = extract_globals(argv)
         command = typer.main.get_group(app)

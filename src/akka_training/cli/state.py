@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from akka_training.core.errors import InvalidRequest
@@ -79,6 +79,13 @@ class State:
             self._client = self.connection().client()
             self._client.on_starting = _say_waiting
         return self._client
+
+    def reset(self) -> None:
+        """No global flags and no trainer yet: each command line starts here (`root.main`), so a
+        command run in a process that ran another (a program calling `main`, the tests) takes
+        nothing from it, such as its ``-o json`` or its client."""
+        for each in fields(self):
+            setattr(self, each.name, each.default)
 
     def close(self) -> None:
         """The command is done: the client's connections closed, pydantic's plugins back on."""
