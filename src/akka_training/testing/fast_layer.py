@@ -60,4 +60,7 @@ def pytest_load_initial_conftests(
 ) -> None:
     workers = workers_for(args, os.environ)
     if workers:
-        args[:] = [*args, "-n", str(workers)]
+        # By file: a module's tests share its module-scoped fixtures and may build on the
+        # tests before them (a trainer started once, the first test's run), so a module is
+        # never split between workers.
+        args[:] = [*args, "-n", str(workers), "--dist", "loadfile"]
