@@ -33,6 +33,15 @@ def service() -> Iterator[RecordingService]:
     s.close()
 
 
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[LocalBackend]:
+    """The test's backend; at the end it waits for every runner it started, so none is left
+    for the garbage collector to find unwaited during a later test."""
+    made = LocalBackend(tmp_path / "jobs", {"default": 1}, grace_seconds=5)
+    yield made
+    made.end_jobs()
+
+
 def launch_verl_job(
     tmp_path: Path, service: RecordingService, backend: LocalBackend
 ) -> tuple[dict[str, Any], Path]:
@@ -115,9 +124,8 @@ def job_pid(handle: dict[str, Any]) -> int:
 
 @pytest.mark.parametrize("victim", ["job", "runner"])
 def test_a_job_killed_by_sigkill_is_gone_only_with_every_process_it_started(
-    tmp_path: Path, service: RecordingService, victim: str
+    tmp_path: Path, service: RecordingService, backend: LocalBackend, victim: str
 ) -> None:
-    backend = LocalBackend(tmp_path / "jobs", {"default": 1}, grace_seconds=5)
     handle, child_file = launch_verl_job(tmp_path, service, backend)
     child = int(child_file.read_text())
     job = job_pid(handle)
@@ -151,10 +159,9 @@ def test_a_job_killed_by_sigkill_is_gone_only_with_every_process_it_started(
 
 
 def test_a_stopped_verl_job_ends_verl_and_its_descendants_before_it_is_gone(
-    tmp_path: Path, service: RecordingService
+    tmp_path: Path, service: RecordingService, backend: LocalBackend
 ) -> None:
     """A cancel or a pause with --checkpoint latest: the backend's stop."""
-    backend = LocalBackend(tmp_path / "jobs", {"default": 1}, grace_seconds=5)
     handle, child_file = launch_verl_job(tmp_path, service, backend)
     child = int(child_file.read_text())
     verl = [
