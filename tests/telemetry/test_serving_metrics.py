@@ -165,3 +165,21 @@ def test_failures_carry_their_error_type_and_count_no_tokens(scrape: Scrape) -> 
     assert counts == {"503": 1.0, "400": 1.0, "cancelled": 1.0, "ConnectionResetError": 1.0}
     assert scrape.samples("gen_ai_client_token_usage_count") == []
     assert scrape.samples("gen_ai_server_time_to_first_token_seconds_count") == []
+
+
+def test_a_caller_that_closes_after_done_counts_a_whole_answer(scrape: Scrape) -> None:
+    # The openai SDK closes its connection as soon as it reads `[DONE]`, which can be before the
+    # relay reads the endpoint's end: the caller had every token, so nothing failed.
+    exchange = scrape.metrics.exchange("chat", "run-1", "maths", "chat")
+    exchange.streaming("text/event-stream")
+    scrape.clock.now += 0.5
+    exchange.feed(event(chat_chunk("The")) + event(chat_chunk(" answer")))
+    scrape.clock.now += 1.0
+    exchange.feed(event({"id": "c", "model": "run-1", "choices": [], "usage": USAGE}))
+    exchange.feed(b"data: [DONE]\n\n")
+    exchange.finish(200, asyncio.CancelledError())
+
+    (labels, _), *_ = scrape.samples("gen_ai_server_request_duration_seconds_count")
+    assert "error_type" not in labels
+    assert scrape.samples("gen_ai_server_time_to_first_token_seconds_sum") == [(LABELS, 0.5)]
+    assert len(scrape.samples("gen_ai_client_token_usage_count")) == 2

@@ -95,6 +95,7 @@ class Exchange:
         self._first_token: float | None = None
         self._usage: tuple[int, int] | None = None
         self._response_model: str | None = None
+        self._answered = False  # a stream's `[DONE]` was relayed: the caller has it all
         self._done = False
 
     def streaming(self, content_type: str | None) -> None:
@@ -135,7 +136,9 @@ class Exchange:
         attributes = dict(self._attributes)
         if self._response_model is not None:
             attributes[c.GENAI_RESPONSE_MODEL] = self._response_model
-        failure = _error_type(status, error)
+        # A caller may close as soon as it reads `[DONE]` (the openai SDK does), before the
+        # relay sees the endpoint's end: the answer was whole, so that is no failure.
+        failure = _error_type(status, None if self._answered else error)
         timed = dict(attributes)
         if failure is not None:
             timed[c.ERROR_TYPE] = failure
@@ -167,6 +170,7 @@ class Exchange:
                 continue
             data = line[5:].strip()
             if data == b"[DONE]":
+                self._answered = True
                 continue
             if (
                 self._first_token is not None
